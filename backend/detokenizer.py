@@ -1,0 +1,48 @@
+"""Incremental detokenization that never splits a UTF-8 character across deltas."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+REPLACEMENT = "\ufffd"
+# Prompt tokens kept as context so the first generated token decodes with the right spacing.
+_CONTEXT_TOKENS = 4
+
+
+class Decoder(Protocol):
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+class IncrementalDetokenizer:
+    """Feeds token ids in, gets stable text out.
+
+    Text is released only once it no longer ends in a partial character (a byte-level BPE token
+    can carry half of a multi-byte character, which decodes to U+FFFD until the rest arrives).
+    """
+
+    def __init__(self, tokenizer: Decoder, prompt_ids: Sequence[int] = ()) -> None:
+        self._tokenizer = tokenizer
+        self._ids = list(prompt_ids[-_CONTEXT_TOKENS:])
+        self._prefix = 0
+        self._read = len(self._ids)
+
+    def _decode(self, start: int, end: int | None = None) -> str:
+        return self._tokenizer.decode(self._ids[start:end], skip_special_tokens=True)
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the text that became final (possibly empty)."""
+        self._ids.append(token_id)
+        before = self._decode(self._prefix, self._read)
+        after = self._decode(self._prefix)
+        if len(after) <= len(before) or after.endswith(REPLACEMENT):
+            return ""
+        self._prefix, self._read = self._read, len(self._ids)
+        return after[len(before) :]
+
+    def flush(self) -> str:
+        """The text still held back at the end of generation (an incomplete character decodes to U+FFFD)."""
+        before = self._decode(self._prefix, self._read)
+        after = self._decode(self._prefix)
+        self._prefix = self._read = len(self._ids)
+        return after[len(before) :] if len(after) > len(before) else ""

@@ -1,0 +1,30 @@
+"""The engine seam: what the scheduler needs from a model runner, nothing more."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+
+class Engine(Protocol):
+    """Runs forward passes for sequences the scheduler names by integer id.
+
+    ``prefill`` processes a new sequence's prompt and returns the logits of its next token;
+    ``decode`` advances every named sequence by one token in a single forward pass and returns
+    their next-token logits as ``[len(seq_ids), vocab_size]`` rows in the same order;
+    ``release`` forgets a sequence (finished or cancelled).
+    """
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def stream_ptr(self) -> int: ...
+
+    def prefill(self, seq_id: int, token_ids: Sequence[int]) -> torch.Tensor: ...
+
+    def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> torch.Tensor: ...
+
+    def release(self, seq_id: int) -> None: ...

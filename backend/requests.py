@@ -1,0 +1,67 @@
+"""What the scheduler runs: immutable requests, and the protocols it talks through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from llgtriton.wire import GenerationOutput
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def penalised(self) -> bool:
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+
+class LogitsPostProcessor(Protocol):
+    """TensorRT-LLM's per-request logits post-processor signature.
+
+    ``logits`` is a ``[1, 1, vocab_padded]`` view to modify in place; ``token_ids`` holds one list per
+    beam with the prompt and every generated token; ``stream_ptr`` is the CUDA stream the logits
+    live on (0 on CPU); ``client_id`` is the id the request was submitted with.
+    """
+
+    def __call__(
+        self,
+        req_id: int,
+        logits: torch.Tensor,
+        token_ids: list[list[int]],
+        stream_ptr: int,
+        client_id: int | None,
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    request_id: str
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    sampling: SamplingParams
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    logits_processor: LogitsPostProcessor | None = None
+
+
+class ResponseSink(Protocol):
+    """Where one request's responses go (a Triton response sender in production)."""
+
+    def send(self, output: GenerationOutput, *, final: bool) -> None: ...
+
+    def fail(self, error: Exception) -> None: ...
+
+    def is_cancelled(self) -> bool: ...

@@ -1,0 +1,230 @@
+"""The step loop: requests join and leave between steps; one decode forward pass per step.
+
+Each step: drop cancelled requests, prefill the requests admitted since the last step, decode
+every running sequence in one batched forward pass, run each request's logits post-processor
+(TensorRT-LLM's signature) on its logits row, sample, then detokenize, check stop conditions
+and send responses. The loop runs on its own thread; ``submit`` only enqueues.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from backend.detokenizer import Decoder, IncrementalDetokenizer
+from backend.engine import Engine
+from backend.errors import BackendError, Unavailable
+from backend.requests import EngineRequest, ResponseSink
+from backend.sampling import apply_penalties, make_generator, sample_token
+from backend.stop_strings import StopStringFilter
+from llgtriton.wire import FinishReason, GenerationOutput
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Sequence:
+    """A running request's mutable decoding state (owned by the loop thread)."""
+
+    seq_id: int
+    request: EngineRequest
+    sink: ResponseSink
+    detokenizer: IncrementalDetokenizer
+    stop_filter: StopStringFilter
+    generator: torch.Generator
+    generated: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)  # emitted text, kept for non-streaming responses
+
+    def output(self, text: str, finish_reason: FinishReason | None = None) -> GenerationOutput:
+        return GenerationOutput(
+            text=text,
+            finish_reason=finish_reason,
+            prompt_tokens=len(self.request.prompt_ids),
+            completion_tokens=len(self.generated),
+        )
+
+
+class Scheduler:
+    def __init__(
+        self,
+        engine: Engine,
+        decoder: Decoder,
+        eos_token_ids: frozenset[int],
+        max_batch_size: int,
+        max_model_len: int,
+    ) -> None:
+        self._engine = engine
+        self._decoder = decoder
+        self._eos = eos_token_ids
+        self._max_batch_size = max_batch_size
+        self._max_model_len = max_model_len
+        self._waiting: deque[tuple[EngineRequest, ResponseSink]] = deque()
+        self._running: list[_Sequence] = []
+        self._ids = itertools.count()
+        self._wakeup = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="llgtriton-scheduler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, request: EngineRequest, sink: ResponseSink) -> None:
+        with self._wakeup:
+            if self._stopping:
+                raise Unavailable("the backend is shutting down")
+            self._waiting.append((request, sink))
+            self._wakeup.notify()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        with self._wakeup:
+            self._stopping = True
+            self._wakeup.notify()
+        self._thread.join(timeout)
+
+    @property
+    def load(self) -> tuple[int, int]:
+        """(running, waiting) request counts."""
+        return len(self._running), len(self._waiting)
+
+    # Loop thread ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._stopping and not self._waiting and not self._running:
+                    self._wakeup.wait()
+                if self._stopping:
+                    break
+                admitted: list[tuple[EngineRequest, ResponseSink]] = []
+                while self._waiting and len(self._running) + len(admitted) < self._max_batch_size:
+                    admitted.append(self._waiting.popleft())
+            try:
+                with torch.inference_mode():
+                    self._step(admitted)
+            except Exception as exc:  # an engine failure must not kill the loop
+                logger.exception("step failed; failing the %d running requests", len(self._running))
+                for seq in list(self._running):
+                    self._abort(seq, exc)
+        self._fail_all(Unavailable("the backend is shutting down"))
+
+    def _step(self, admitted: list[tuple[EngineRequest, ResponseSink]]) -> None:
+        for seq in list(self._running):
+            if self._is_cancelled(seq):
+                self._finish_cancelled(seq)
+        decoding = [seq for seq in self._running if seq.generated]
+        rows: list[tuple[_Sequence, torch.Tensor]] = []
+        if decoding:
+            logits = self._engine.decode([s.seq_id for s in decoding], [s.generated[-1] for s in decoding])
+            rows.extend(zip(decoding, logits, strict=True))
+        for request, sink in admitted:
+            joined = self._admit(request, sink)
+            if joined is not None:
+                rows.append((joined, self._engine.prefill(joined.seq_id, request.prompt_ids)))
+        for seq, row in rows:
+            self._advance(seq, row)
+
+    def _admit(self, request: EngineRequest, sink: ResponseSink) -> _Sequence | None:
+        if sink.is_cancelled():
+            self._send(sink, GenerationOutput(text="", prompt_tokens=len(request.prompt_ids)), final=True)
+            return None
+        seq = _Sequence(
+            seq_id=next(self._ids),
+            request=request,
+            sink=sink,
+            detokenizer=IncrementalDetokenizer(self._decoder, request.prompt_ids),
+            stop_filter=StopStringFilter(request.stop),
+            generator=make_generator(request.sampling.seed),
+        )
+        self._running.append(seq)
+        return seq
+
+    def _advance(self, seq: _Sequence, logits: torch.Tensor) -> None:
+        """Post-process, sample and emit one token of ``seq``."""
+        request = seq.request
+        try:
+            if request.logits_processor is not None:
+                token_ids = [[*request.prompt_ids, *seq.generated]]
+                view = logits.view(1, 1, -1)
+                request.logits_processor(seq.seq_id, view, token_ids, self._engine.stream_ptr, seq.seq_id)
+            apply_penalties(logits, seq.generated, request.sampling)
+            token = sample_token(logits, request.sampling, seq.generator)
+        except Exception as exc:  # a failing hook fails its own request, never the batch
+            if not isinstance(exc, BackendError):
+                logger.exception("logits post-processing failed for request %s", request.request_id)
+            self._abort(seq, exc)
+            return
+        seq.generated.append(token)
+        if token in self._eos:
+            self._finish(seq, FinishReason.STOP, self._drain(seq))
+            return
+        text, stopped = seq.stop_filter.push(seq.detokenizer.push(token))
+        if stopped:
+            self._finish(seq, FinishReason.STOP, text)
+        elif len(seq.generated) >= request.max_tokens or self._context_full(seq):
+            self._finish(seq, FinishReason.LENGTH, text + self._drain(seq))
+        elif text:
+            seq.text.append(text)
+            if request.stream:
+                self._send(seq.sink, seq.output(text), final=False)
+
+    def _context_full(self, seq: _Sequence) -> bool:
+        return len(seq.request.prompt_ids) + len(seq.generated) >= self._max_model_len
+
+    @staticmethod
+    def _drain(seq: _Sequence) -> str:
+        """Text still held by the detokenizer and the stop filter, at the end of generation."""
+        text, stopped = seq.stop_filter.push(seq.detokenizer.flush())
+        return text if stopped else text + seq.stop_filter.flush()
+
+    def _finish(self, seq: _Sequence, reason: FinishReason, tail: str) -> None:
+        self._release(seq)
+        text = tail if seq.request.stream else "".join(seq.text) + tail
+        self._send(seq.sink, seq.output(text, reason), final=True)
+
+    def _finish_cancelled(self, seq: _Sequence) -> None:
+        logger.info("request %s cancelled after %d tokens", seq.request.request_id, len(seq.generated))
+        self._release(seq)
+        self._send(seq.sink, seq.output(""), final=True)
+
+    def _abort(self, seq: _Sequence, error: Exception) -> None:
+        self._release(seq)
+        try:
+            seq.sink.fail(error)
+        except Exception:
+            logger.exception("could not report an error for request %s", seq.request.request_id)
+
+    def _release(self, seq: _Sequence) -> None:
+        if seq in self._running:
+            self._running.remove(seq)
+        self._engine.release(seq.seq_id)
+
+    def _is_cancelled(self, seq: _Sequence) -> bool:
+        try:
+            return seq.sink.is_cancelled()
+        except Exception:
+            logger.exception("cancellation check failed for request %s", seq.request.request_id)
+            return True
+
+    @staticmethod
+    def _send(sink: ResponseSink, output: GenerationOutput, *, final: bool) -> None:
+        try:
+            sink.send(output, final=final)
+        except Exception:  # the client is gone; the sequence is finished either way
+            logger.warning("could not deliver a response", exc_info=True)
+
+    def _fail_all(self, error: Exception) -> None:
+        with self._wakeup:
+            pending = list(self._waiting)
+            self._waiting.clear()
+        for seq in list(self._running):
+            self._abort(seq, error)
+        for _, sink in pending:
+            try:
+                sink.fail(error)
+            except Exception:
+                logger.exception("could not report shutdown to a waiting request")

@@ -1,0 +1,117 @@
+"""The backend's front door: validates a :class:`GenerationRequest`, tokenizes it, schedules it."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from backend.chat_template import ChatTemplate
+from backend.errors import InvalidRequest, Unsupported
+from backend.model_loader import LoadedModel, load_model
+from backend.requests import EngineRequest, ResponseSink, SamplingParams
+from backend.scheduler import Scheduler
+from backend.torch_engine import TorchEngine
+from llgtriton.settings import EngineSettings
+from llgtriton.wire import GenerationRequest
+
+logger = logging.getLogger(__name__)
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvalidRequest(message)
+
+
+def sampling_params(request: GenerationRequest) -> SamplingParams:
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        _check(math.isfinite(getattr(request, name)), f"{name} must be a finite number")
+    _check(request.temperature >= 0.0, f"temperature must be >= 0, got {request.temperature}")
+    _check(0.0 < request.top_p <= 1.0, f"top_p must be in (0, 1], got {request.top_p}")
+    _check(request.top_k >= 0, f"top_k must be >= 0 (0 disables it), got {request.top_k}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(request, name)
+        _check(-2.0 <= value <= 2.0, f"{name} must be in [-2, 2], got {value}")
+    return SamplingParams(
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+        seed=request.seed,
+    )
+
+
+class GenerationService:
+    def __init__(self, loaded: LoadedModel, chat_template: ChatTemplate, scheduler: Scheduler) -> None:
+        self._loaded = loaded
+        self._chat_template = chat_template
+        self._scheduler = scheduler
+
+    @classmethod
+    def start(cls, settings: EngineSettings) -> GenerationService:
+        loaded = load_model(settings)
+        chat_template = ChatTemplate(loaded.tokenizer, settings.chat_template)
+        engine = TorchEngine(loaded.model, torch.device(settings.device))
+        scheduler = Scheduler(
+            engine,
+            loaded.tokenizer,
+            loaded.eos_token_ids,
+            max_batch_size=settings.max_batch_size,
+            max_model_len=loaded.max_model_len,
+        )
+        scheduler.start()
+        logger.info(
+            "ready: %s, context %d tokens, batch %d",
+            loaded.path.name,
+            loaded.max_model_len,
+            settings.max_batch_size,
+        )
+        return cls(loaded, chat_template, scheduler)
+
+    @property
+    def max_model_len(self) -> int:
+        return self._loaded.max_model_len
+
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        if request.messages is not None:
+            ids = self._chat_template.render(request.messages)
+        else:
+            assert request.prompt is not None
+            ids = list(self._loaded.tokenizer.encode(request.prompt))
+        _check(len(ids) > 0, "the prompt is empty")
+        return ids
+
+    def prepare(self, request: GenerationRequest, request_id: str) -> EngineRequest:
+        if request.guide_type is not None:
+            raise Unsupported(
+                f"guided decoding ({request.guide_type.value}) is not available in this build; "
+                "the request was refused rather than served unconstrained"
+            )
+        sampling = sampling_params(request)
+        ids = self.prompt_ids(request)
+        room = self.max_model_len - len(ids)
+        _check(room > 0, f"the prompt has {len(ids)} tokens; the context is {self.max_model_len} tokens")
+        max_tokens = room if request.max_tokens is None else request.max_tokens
+        _check(max_tokens >= 1, f"max_tokens must be >= 1, got {max_tokens}")
+        _check(
+            max_tokens <= room,
+            f"the context is {self.max_model_len} tokens, but {len(ids) + max_tokens} were requested "
+            f"({len(ids)} in the prompt, {max_tokens} to generate)",
+        )
+        return EngineRequest(
+            request_id=request_id,
+            prompt_ids=tuple(ids),
+            max_tokens=max_tokens,
+            sampling=sampling,
+            stop=request.stop,
+            stream=request.stream,
+        )
+
+    def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
+        """Validate and enqueue; raises a :class:`BackendError` for a request that cannot be served."""
+        self._scheduler.submit(self.prepare(request, request_id), sink)
+
+    def shutdown(self) -> None:
+        self._scheduler.shutdown()

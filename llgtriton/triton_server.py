@@ -1,0 +1,203 @@
+"""Runs a real ``tritonserver``: the binary and python backend stubs shipped in ``nvidia-pytriton``.
+
+The launcher lays out a runtime directory under the cache dir: a python backend directory
+with the stub built for the running interpreter, and a copy of the model repository whose
+``config.pbtxt`` points the stub at this virtual environment (``EXECUTION_ENV_PATH``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from llgtriton.settings import Settings, engine_environment, env_name
+
+logger = logging.getLogger(__name__)
+
+
+class TritonLaunchError(RuntimeError):
+    """tritonserver could not be found, started, or did not become ready."""
+
+
+@dataclass(frozen=True)
+class TritonInstallation:
+    binary: Path
+    library_dir: Path
+    python_backend: Path
+    stub: Path
+
+    @classmethod
+    def find(cls) -> TritonInstallation:
+        spec = importlib.util.find_spec("pytriton")
+        if spec is None or not spec.submodule_search_locations:
+            raise TritonLaunchError(
+                "tritonserver comes from the nvidia-pytriton wheel: pip install --no-deps nvidia-pytriton==0.7.0"
+            )
+        root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        installation = cls(
+            binary=root / "bin" / "tritonserver",
+            library_dir=root.parent.parent / "nvidia_pytriton.libs",
+            python_backend=root / "backends" / "python",
+            stub=root / "python_backend_stubs" / version / "triton_python_backend_stub",
+        )
+        for path in (installation.binary, installation.library_dir, installation.python_backend):
+            if not path.exists():
+                raise TritonLaunchError(f"{path} is missing from the nvidia-pytriton installation")
+        if not installation.stub.exists():
+            raise TritonLaunchError(f"nvidia-pytriton has no python backend stub for Python {version}")
+        return installation
+
+
+def python_library_dir() -> Path:
+    """Where this interpreter's ``libpython3.X.so.1.0`` lives; the stub links it by name."""
+    library_dir = Path(str(sysconfig.get_config_var("LIBDIR")))
+    name = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
+    if not (library_dir / name).exists():
+        raise TritonLaunchError(
+            f"{name} not found in {library_dir}: the python backend stub needs a Python built with "
+            "--enable-shared (pyenv: PYTHON_CONFIGURE_OPTS=--enable-shared)"
+        )
+    return library_dir
+
+
+@dataclass(frozen=True)
+class RuntimeLayout:
+    backend_dir: Path
+    model_repository: Path
+
+
+def prepare_runtime(settings: Settings, installation: TritonInstallation) -> RuntimeLayout:
+    # One runtime directory per gRPC port, so several servers on one machine do not collide.
+    runtime = settings.engine.cache_dir / "triton-runtime" / str(settings.triton.grpc_port)
+    backend = runtime / "backends" / "python"
+    if backend.exists():
+        shutil.rmtree(backend)
+    backend.mkdir(parents=True)
+    for item in installation.python_backend.iterdir():
+        if item.is_file():
+            (backend / item.name).symlink_to(item)
+    shutil.copy2(installation.stub, backend / installation.stub.name)
+
+    repository = runtime / "model_repository"
+    if repository.exists():
+        shutil.rmtree(repository)
+    source = settings.triton.model_repository
+    if not source.is_dir():
+        raise TritonLaunchError(f"model repository {source} does not exist")
+    shutil.copytree(source, repository, ignore=shutil.ignore_patterns("__pycache__"))
+    config = repository / settings.proxy.model_name / "config.pbtxt"
+    if not config.exists():
+        raise TritonLaunchError(f"{source} has no model named {settings.proxy.model_name!r}")
+    with config.open("a", encoding="utf-8") as handle:
+        handle.write(
+            "\n# Added by the llgtriton launcher: run the stub in this virtual environment.\n"
+            f'parameters: {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{sys.prefix}" }} }}\n'
+        )
+    return RuntimeLayout(backend_dir=runtime / "backends", model_repository=repository)
+
+
+def command(settings: Settings, installation: TritonInstallation, layout: RuntimeLayout) -> list[str]:
+    triton = settings.triton
+    cpu_only = not settings.engine.device.startswith("cuda")
+    gpu_flags = ["--pinned-memory-pool-byte-size=0", "--allow-gpu-metrics=false"] if cpu_only else []
+    return [
+        str(installation.binary),
+        f"--model-repository={layout.model_repository}",
+        f"--backend-directory={layout.backend_dir}",
+        f"--http-address={triton.address}",
+        f"--http-port={triton.http_port}",
+        f"--grpc-address={triton.address}",
+        f"--grpc-port={triton.grpc_port}",
+        f"--metrics-address={triton.address}",
+        f"--metrics-port={triton.metrics_port}",
+        f"--log-info={'true' if triton.log_info else 'false'}",
+        "--exit-timeout-secs=10",
+        *gpu_flags,
+    ]
+
+
+def environment(settings: Settings, installation: TritonInstallation, base: Mapping[str, str]) -> dict[str, str]:
+    env = dict(base)
+    paths = [str(installation.library_dir), str(python_library_dir())]
+    if base.get("LD_LIBRARY_PATH"):
+        paths.append(base["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(paths)
+    env.update(engine_environment(settings.engine))
+    env[env_name(None, "log_level")] = settings.log_level
+    return env
+
+
+class TritonProcess:
+    """A tritonserver child process with readiness polling and clean shutdown."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        host = self._settings.triton.address
+        host = "127.0.0.1" if host in {"0.0.0.0", ""} else host
+        return f"http://{host}:{self._settings.triton.http_port}"
+
+    def start(self) -> None:
+        installation = TritonInstallation.find()
+        layout = prepare_runtime(self._settings, installation)
+        argv = command(self._settings, installation, layout)
+        logger.info("starting %s", " ".join(argv))
+        self._process = subprocess.Popen(
+            argv, env=environment(self._settings, installation, os.environ), start_new_session=True
+        )
+
+    def exit_code(self) -> int | None:
+        return None if self._process is None else self._process.poll()
+
+    def _model_ready(self) -> bool:
+        url = f"{self.http_url}/v2/models/{self._settings.proxy.model_name}/ready"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self, progress: Callable[[float], None] | None = None) -> None:
+        """Block until the model is ready; ``progress`` gets the seconds waited every few seconds."""
+        started = time.monotonic()
+        last_report = started
+        while not self._model_ready():
+            code = self.exit_code()
+            if code is not None:
+                raise TritonLaunchError(f"tritonserver exited with code {code} before the model was ready")
+            now = time.monotonic()
+            if now - started > self._settings.triton.startup_timeout_s:
+                raise TritonLaunchError(
+                    f"the model was not ready after {self._settings.triton.startup_timeout_s:.0f} s"
+                )
+            if progress is not None and now - last_report >= 5:
+                progress(now - started)
+                last_report = now
+            time.sleep(0.5)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self._process is None or self._process.poll() is not None:
+            return
+        os.killpg(self._process.pid, signal.SIGTERM)
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            logger.warning("tritonserver did not stop in %.0f s; killing it", timeout)
+            os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait()

@@ -1,0 +1,308 @@
+"""The Triton wire contract: tensor names, dtypes and codecs shared by the proxy and the backend.
+
+Names follow the TensorRT-LLM backend's ensemble/BLS models (``text_input``, ``max_tokens``,
+``stream``, ``text_output`` ...) so existing Triton clients and perf_analyzer input files keep
+working. The model is configured with ``max_batch_size: 1`` and ``dims: [1]``, so every tensor
+carries a leading batch dimension of 1 on the wire (``[1, 1]`` for a scalar).
+
+Requests are encoded to / decoded from plain ``numpy`` arrays, so this module imports neither
+``tritonclient`` nor ``triton_python_backend_utils`` nor torch: the proxy wraps the arrays in
+``InferInput``s, ``model.py`` wraps them in ``pb_utils.Tensor``s.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+Array = npt.NDArray[np.generic]
+
+# Inputs -------------------------------------------------------------------------------------
+TEXT_INPUT = "text_input"
+CHAT_MESSAGES = "chat_messages"
+MAX_TOKENS = "max_tokens"
+STREAM = "stream"
+TEMPERATURE = "temperature"
+TOP_P = "top_p"
+TOP_K = "top_k"
+RANDOM_SEED = "random_seed"
+PRESENCE_PENALTY = "presence_penalty"
+FREQUENCY_PENALTY = "frequency_penalty"
+STOP_WORDS = "stop_words"
+GUIDE_TYPE = "guided_decoding_guide_type"
+GUIDE = "guided_decoding_guide"
+
+# Outputs ------------------------------------------------------------------------------------
+TEXT_OUTPUT = "text_output"
+FINISH_REASON = "finish_reason"
+NUM_INPUT_TOKENS = "num_input_tokens"
+NUM_OUTPUT_TOKENS = "num_output_tokens"
+
+# Triton data types of every tensor, as written in config.pbtxt (TYPE_<name>).
+INPUT_TYPES: dict[str, str] = {
+    TEXT_INPUT: "STRING",
+    CHAT_MESSAGES: "STRING",
+    MAX_TOKENS: "INT32",
+    STREAM: "BOOL",
+    TEMPERATURE: "FP32",
+    TOP_P: "FP32",
+    TOP_K: "INT32",
+    RANDOM_SEED: "UINT64",
+    PRESENCE_PENALTY: "FP32",
+    FREQUENCY_PENALTY: "FP32",
+    STOP_WORDS: "STRING",
+    GUIDE_TYPE: "STRING",
+    GUIDE: "STRING",
+}
+OUTPUT_TYPES: dict[str, str] = {
+    TEXT_OUTPUT: "STRING",
+    FINISH_REASON: "STRING",
+    NUM_INPUT_TOKENS: "INT32",
+    NUM_OUTPUT_TOKENS: "INT32",
+}
+# Inputs whose dims are [-1] (a list per request); all others are [1].
+LIST_INPUTS = frozenset({STOP_WORDS})
+
+_NUMPY_DTYPES: dict[str, type[np.generic]] = {
+    "STRING": np.object_,
+    "INT32": np.int32,
+    "UINT64": np.uint64,
+    "FP32": np.float32,
+    "BOOL": np.bool_,
+}
+
+
+def client_datatype(triton_type: str) -> str:
+    """The datatype string tritonclient expects (``BYTES`` for config's ``STRING``)."""
+    return "BYTES" if triton_type == "STRING" else triton_type
+
+
+class WireError(ValueError):
+    """A request or response tensor set that does not follow the contract."""
+
+
+class FinishReason(enum.StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+
+
+class GuideType(enum.StrEnum):
+    """Values of ``guided_decoding_guide_type`` (TensorRT-LLM's names plus ``lark`` and ``choice``)."""
+
+    JSON = "json"
+    JSON_SCHEMA = "json_schema"
+    REGEX = "regex"
+    EBNF_GRAMMAR = "ebnf_grammar"
+    LARK = "lark"
+    CHOICE = "choice"
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation as the backend sees it; exactly one of ``prompt`` / ``messages`` is set."""
+
+    prompt: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    max_tokens: int | None = None
+    stream: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
+    guide_type: GuideType | None = None
+    guide: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise WireError(f"send exactly one of {TEXT_INPUT!r} and {CHAT_MESSAGES!r}")
+
+
+@dataclass(frozen=True)
+class GenerationOutput:
+    """One response of a generation: a text delta (streaming) or the whole text."""
+
+    text: str
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+# Encoding -----------------------------------------------------------------------------------
+
+
+def _scalar(name: str, value: object) -> Array:
+    triton_type = INPUT_TYPES.get(name) or OUTPUT_TYPES[name]
+    dtype = _NUMPY_DTYPES[triton_type]
+    if dtype is np.object_:
+        assert isinstance(value, str)
+        return np.array([[value.encode("utf-8")]], dtype=np.object_)
+    if isinstance(value, int) and not isinstance(value, bool):
+        limits = np.iinfo(dtype)  # type: ignore[type-var]
+        if not limits.min <= value <= limits.max:
+            raise WireError(f"{name!r} must be within [{limits.min}, {limits.max}], got {value}")
+    return np.array([[value]], dtype=dtype)
+
+
+def encode_request(request: GenerationRequest) -> dict[str, Array]:
+    """The input tensors for ``request``; optional inputs at their default are left out."""
+    tensors: dict[str, Array] = {}
+    if request.prompt is not None:
+        tensors[TEXT_INPUT] = _scalar(TEXT_INPUT, request.prompt)
+    if request.messages is not None:
+        payload = json.dumps([{"role": m.role, "content": m.content} for m in request.messages])
+        tensors[CHAT_MESSAGES] = _scalar(CHAT_MESSAGES, payload)
+    if request.max_tokens is not None:
+        tensors[MAX_TOKENS] = _scalar(MAX_TOKENS, request.max_tokens)
+    tensors[STREAM] = _scalar(STREAM, request.stream)
+    tensors[TEMPERATURE] = _scalar(TEMPERATURE, request.temperature)
+    tensors[TOP_P] = _scalar(TOP_P, request.top_p)
+    tensors[TOP_K] = _scalar(TOP_K, request.top_k)
+    if request.seed is not None:
+        tensors[RANDOM_SEED] = _scalar(RANDOM_SEED, request.seed)
+    tensors[PRESENCE_PENALTY] = _scalar(PRESENCE_PENALTY, request.presence_penalty)
+    tensors[FREQUENCY_PENALTY] = _scalar(FREQUENCY_PENALTY, request.frequency_penalty)
+    if request.stop:
+        tensors[STOP_WORDS] = np.array([[s.encode("utf-8") for s in request.stop]], dtype=np.object_)
+    if request.guide_type is not None:
+        tensors[GUIDE_TYPE] = _scalar(GUIDE_TYPE, request.guide_type.value)
+    if request.guide is not None:
+        tensors[GUIDE] = _scalar(GUIDE, request.guide)
+    return tensors
+
+
+def encode_output(output: GenerationOutput) -> dict[str, Array]:
+    reason = output.finish_reason.value if output.finish_reason is not None else ""
+    return {
+        TEXT_OUTPUT: np.array([[output.text.encode("utf-8")]], dtype=np.object_),
+        FINISH_REASON: _scalar(FINISH_REASON, reason),
+        NUM_INPUT_TOKENS: _scalar(NUM_INPUT_TOKENS, output.prompt_tokens),
+        NUM_OUTPUT_TOKENS: _scalar(NUM_OUTPUT_TOKENS, output.completion_tokens),
+    }
+
+
+# Decoding -----------------------------------------------------------------------------------
+
+TensorGetter = Callable[[str], "Array | None"]
+
+
+def _values(name: str, array: Array) -> list[object]:
+    """The values of one request's tensor, accepting ``[1, n]`` (batched) and ``[n]`` shapes."""
+    if array.ndim == 2:
+        if array.shape[0] != 1:
+            raise WireError(f"{name!r} has a batch of {array.shape[0]}; send one request per prompt")
+        array = array[0]
+    if array.ndim != 1:
+        raise WireError(f"{name!r} must have shape [1, n] or [n], got {list(array.shape)}")
+    return list(array.tolist())
+
+
+def _text(value: object, name: str) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise WireError(f"{name!r} is not valid UTF-8: {exc}") from None
+    if isinstance(value, str):
+        return value
+    raise WireError(f"{name!r} must be BYTES, got {type(value).__name__}")
+
+
+def _one(get: TensorGetter, name: str) -> object | None:
+    array = get(name)
+    if array is None:
+        return None
+    values = _values(name, array)
+    if len(values) != 1:
+        raise WireError(f"{name!r} must hold one value, got {len(values)}")
+    return values[0]
+
+
+def _float(get: TensorGetter, name: str, default: float) -> float:
+    value = _one(get, name)
+    return default if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _int(get: TensorGetter, name: str) -> int | None:
+    value = _one(get, name)
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+def _messages(payload: str) -> tuple[ChatMessage, ...]:
+    try:
+        raw = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise WireError(f"{CHAT_MESSAGES!r} is not JSON: {exc}") from None
+    if not isinstance(raw, list) or not raw:
+        raise WireError(f"{CHAT_MESSAGES!r} must be a non-empty JSON list of messages")
+    messages = []
+    for index, item in enumerate(raw):
+        if not (isinstance(item, dict) and isinstance(item.get("role"), str)):
+            raise WireError(f"{CHAT_MESSAGES!r}[{index}] needs a string 'role'")
+        content = item.get("content")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise WireError(f"{CHAT_MESSAGES!r}[{index}].content must be a string")
+        messages.append(ChatMessage(role=item["role"], content=content))
+    return tuple(messages)
+
+
+def decode_request(get: TensorGetter) -> GenerationRequest:
+    """Build a :class:`GenerationRequest` from input tensors; ``get`` returns None for absent ones."""
+    prompt_value = _one(get, TEXT_INPUT)
+    messages_value = _one(get, CHAT_MESSAGES)
+    stop_array = get(STOP_WORDS)
+    stop = () if stop_array is None else tuple(_text(v, STOP_WORDS) for v in _values(STOP_WORDS, stop_array))
+    guide_type_value = _one(get, GUIDE_TYPE)
+    guide_value = _one(get, GUIDE)
+    guide_type: GuideType | None = None
+    if guide_type_value is not None and _text(guide_type_value, GUIDE_TYPE):
+        name = _text(guide_type_value, GUIDE_TYPE)
+        try:
+            guide_type = GuideType(name)
+        except ValueError:
+            allowed = ", ".join(t.value for t in GuideType)
+            raise WireError(f"unknown {GUIDE_TYPE} {name!r}; use one of {allowed}") from None
+    stream_value = _one(get, STREAM)
+    return GenerationRequest(
+        prompt=None if prompt_value is None else _text(prompt_value, TEXT_INPUT),
+        messages=None if messages_value is None else _messages(_text(messages_value, CHAT_MESSAGES)),
+        max_tokens=_int(get, MAX_TOKENS),
+        stream=bool(stream_value) if stream_value is not None else False,
+        temperature=_float(get, TEMPERATURE, 1.0),
+        top_p=_float(get, TOP_P, 1.0),
+        top_k=_int(get, TOP_K) or 0,
+        seed=_int(get, RANDOM_SEED),
+        presence_penalty=_float(get, PRESENCE_PENALTY, 0.0),
+        frequency_penalty=_float(get, FREQUENCY_PENALTY, 0.0),
+        stop=tuple(s for s in stop if s),
+        guide_type=guide_type,
+        guide=None if guide_value is None else _text(guide_value, GUIDE),
+    )
+
+
+def decode_output(get: TensorGetter) -> GenerationOutput:
+    text_array = get(TEXT_OUTPUT)
+    text = "" if text_array is None else "".join(_text(v, TEXT_OUTPUT) for v in _values(TEXT_OUTPUT, text_array))
+    reason_value = _one(get, FINISH_REASON)
+    reason = _text(reason_value, FINISH_REASON) if reason_value is not None else ""
+    return GenerationOutput(
+        text=text,
+        finish_reason=FinishReason(reason) if reason else None,
+        prompt_tokens=_int(get, NUM_INPUT_TOKENS) or 0,
+        completion_tokens=_int(get, NUM_OUTPUT_TOKENS) or 0,
+    )

@@ -1,0 +1,89 @@
+"""Triton python backend adapter for llgtriton; the only module that imports pb_utils.
+
+It decodes request tensors with the shared wire contract, hands them to the backend's
+:class:`GenerationService` and turns the service's outputs into decoupled responses. Every
+request ends with a FINAL response, also when it fails or is cancelled.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from typing import Any
+
+import triton_python_backend_utils as pb_utils
+
+from backend.errors import BackendError
+from backend.service import GenerationService
+from llgtriton import wire
+from llgtriton.logs import configure_logging
+from llgtriton.settings import engine_settings_from, env_name
+
+logger = logging.getLogger("llgtriton.model")
+
+
+def _error_code(error: Exception) -> Any:
+    """The Triton error code for ``error`` (pb_utils.TritonError exists only once the stub runs)."""
+    codes = pb_utils.TritonError
+    if isinstance(error, wire.WireError):
+        return codes.INVALID_ARG
+    if isinstance(error, BackendError):
+        by_name = {
+            "invalid_argument": codes.INVALID_ARG,
+            "unsupported": codes.UNSUPPORTED,
+            "unavailable": codes.UNAVAILABLE,
+        }
+        return by_name.get(error.code, codes.INTERNAL)
+    return codes.INTERNAL
+
+
+class TritonResponseSink:
+    """The backend's ResponseSink over one request's decoupled response sender."""
+
+    def __init__(self, request: Any) -> None:
+        self._sender = request.get_response_sender()
+
+    def send(self, output: wire.GenerationOutput, *, final: bool) -> None:
+        tensors = [pb_utils.Tensor(name, array) for name, array in wire.encode_output(output).items()]
+        flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
+        self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
+
+    def fail(self, error: Exception) -> None:
+        response = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error), _error_code(error)))
+        self._sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def is_cancelled(self) -> bool:
+        return bool(self._sender.is_cancelled())
+
+
+def _input(request: Any, name: str) -> Any:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        configure_logging(os.environ.get(env_name(None, "log_level"), "info"))
+        config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise pb_utils.TritonModelException("the llm model must be decoupled (streaming responses)")
+        parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        self._service = GenerationService.start(engine_settings_from(parameters, os.environ))
+        self._counter = 0
+
+    def execute(self, requests: list[Any]) -> None:
+        for request in requests:
+            sink = TritonResponseSink(request)
+            self._counter += 1
+            request_id = request.request_id() or f"triton-{self._counter}"
+            try:
+                generation = wire.decode_request(functools.partial(_input, request))
+                self._service.submit(generation, request_id, sink)
+            except (wire.WireError, BackendError) as exc:
+                logger.info("request %s refused: %s", request_id, exc)
+                sink.fail(exc)
+
+    def finalize(self) -> None:
+        self._service.shutdown()

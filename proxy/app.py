@@ -1,0 +1,188 @@
+"""The Starlette application: routes, body parsing, and the error handlers.
+
+Handlers parse and validate, call :class:`~proxy.serving.Generations`, and frame the result as
+JSON or server-sent events; every error goes through ``proxy.errors``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from llgtriton.settings import ProxySettings
+from proxy.errors import (
+    InvalidRequestError,
+    MethodNotAllowedError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ProxyError,
+    http_response,
+)
+from proxy.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, now
+from proxy.serving import Generations
+from proxy.sse import event_stream
+from proxy.triton_client import GenerationClient, TritonGenerationClient
+
+logger = logging.getLogger(__name__)
+
+RequestModel = TypeVar("RequestModel", bound=BaseModel)
+
+
+def _json(model: BaseModel, status_code: int = 200) -> Response:
+    return Response(model.model_dump_json(), status_code=status_code, media_type="application/json")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLargeError(f"the request body is {declared} bytes; the limit is {limit} bytes")
+    body = bytearray()
+    async for part in request.stream():
+        body.extend(part)
+        if len(body) > limit:
+            raise PayloadTooLargeError(f"the request body exceeds the limit of {limit} bytes")
+    return bytes(body)
+
+
+# pydantic names the union member it tried ("str", "list[str]", ...) inside an error location.
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|dict|list|none|[a-z-]+\[.*\])$")
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc if not (isinstance(part, str) and _UNION_MEMBER.match(part)))
+
+
+def _validation_error(error: ValidationError) -> InvalidRequestError:
+    errors = error.errors()
+    message = "; ".join(f"{_location(e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+    return InvalidRequestError(message, param=_location(errors[0]["loc"]) or None)
+
+
+class Handlers:
+    def __init__(self, settings: ProxySettings, generations: Generations, client: GenerationClient) -> None:
+        self._settings = settings
+        self._generations = generations
+        self._client = client
+        self._model_card = ModelCard(id=generations.model_name, created=now())
+
+    async def _parse(self, request: Request, model: type[RequestModel]) -> RequestModel:
+        body = await _read_body(request, self._settings.max_body_bytes)
+        try:
+            data = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise InvalidRequestError("the request body must be a JSON object")
+        try:
+            parsed = model.model_validate(data)
+        except ValidationError as exc:
+            raise _validation_error(exc) from None
+        requested = getattr(parsed, "model", None)
+        if requested != self._model_card.id:
+            raise NotFoundError(
+                f"the model {requested!r} does not exist; this server serves {self._model_card.id!r}",
+                param="model",
+                code="model_not_found",
+            )
+        return parsed
+
+    async def models(self, request: Request) -> Response:
+        return _json(ModelList(data=[self._model_card]))
+
+    async def model(self, request: Request) -> Response:
+        if request.path_params["model"] != self._model_card.id:
+            raise NotFoundError(f"the model {request.path_params['model']!r} does not exist", code="model_not_found")
+        return _json(self._model_card)
+
+    async def chat_completions(self, request: Request) -> Response:
+        body = await self._parse(request, ChatCompletionRequest)
+        if body.stream:
+            return await _stream(self._generations.chat_stream(body))
+        return _json(await self._generations.chat(body))
+
+    async def completions(self, request: Request) -> Response:
+        body = await self._parse(request, CompletionRequest)
+        if body.stream:
+            return await _stream(self._generations.completion_stream(body))
+        return _json(await self._generations.completion(body))
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def ready(self, request: Request) -> Response:
+        if await self._client.is_ready():
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "not ready"}, status_code=503)
+
+
+async def _stream(chunks: AsyncIterator[BaseModel]) -> Response:
+    """Wait for the first chunk so that a refused request still gets a proper HTTP status."""
+    try:
+        first = await chunks.__anext__()
+    except StopAsyncIteration:
+        raise ProxyError("the generation produced no output") from None
+    return StreamingResponse(
+        event_stream(first, chunks),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _proxy_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, ProxyError) and exc.status >= 500:
+        logger.warning("%s %s failed: %s", request.method, request.url.path, exc)
+    return http_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return http_response(NotFoundError(f"no route {request.method} {request.url.path}"))
+    if exc.status_code == 405:
+        return http_response(MethodNotAllowedError(f"{request.method} is not allowed on {request.url.path}"))
+    return JSONResponse({"error": {"message": exc.detail, "type": "invalid_request_error"}}, exc.status_code)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    logger.exception("%s %s failed", request.method, request.url.path)
+    return http_response(exc)
+
+
+def create_app(settings: ProxySettings, client: GenerationClient | None = None) -> Starlette:
+    """The proxy app; ``client`` defaults to a Triton gRPC client built from ``settings``."""
+    generation_client = client or TritonGenerationClient(
+        settings.triton_url, settings.model_name, settings.request_timeout_s
+    )
+    model_name = settings.served_model_name or settings.model_name
+    handlers = Handlers(settings, Generations(generation_client, model_name), generation_client)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await generation_client.close()
+
+    routes = [
+        Route("/v1/models", handlers.models, methods=["GET"]),
+        Route("/v1/models/{model:path}", handlers.model, methods=["GET"]),
+        Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
+        Route("/v1/completions", handlers.completions, methods=["POST"]),
+        Route("/health", handlers.health, methods=["GET"]),
+        Route("/ready", handlers.ready, methods=["GET"]),
+    ]
+    exception_handlers: dict[Any, Any] = {
+        ProxyError: _proxy_error,
+        HTTPException: _http_error,
+        Exception: _unexpected_error,
+    }
+    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)

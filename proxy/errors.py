@@ -1,0 +1,88 @@
+"""The proxy's error hierarchy and the one place that maps errors to HTTP responses and SSE events.
+
+Every error a client can see is a :class:`ProxyError` with an HTTP status and an OpenAI error
+``type``; anything else that escapes a handler becomes a 500 ``internal_error``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+
+class ProxyError(Exception):
+    status = 500
+    type = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+class InvalidRequestError(ProxyError):
+    """400: the body is not JSON, fails validation, or asks for something the backend refuses."""
+
+    status = 400
+    type = "invalid_request_error"
+
+
+class NotFoundError(ProxyError):
+    """404: unknown model or route."""
+
+    status = 404
+    type = "invalid_request_error"
+
+
+class MethodNotAllowedError(ProxyError):
+    status = 405
+    type = "invalid_request_error"
+
+
+class PayloadTooLargeError(ProxyError):
+    """413: the request body is larger than ``proxy.max_body_bytes``."""
+
+    status = 413
+    type = "invalid_request_error"
+
+
+class ServiceUnavailableError(ProxyError):
+    """503: Triton is unreachable, not ready, or the backend cannot take the request now."""
+
+    status = 503
+    type = "service_unavailable"
+
+
+class UpstreamTimeoutError(ProxyError):
+    """504: the generation did not finish within ``proxy.request_timeout_s``."""
+
+    status = 504
+    type = "timeout"
+
+
+class InternalError(ProxyError):
+    status = 500
+    type = "internal_error"
+
+
+def error_body(error: ProxyError) -> dict[str, Any]:
+    return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
+
+
+def as_proxy_error(error: BaseException) -> ProxyError:
+    if isinstance(error, ProxyError):
+        return error
+    return InternalError(f"internal error: {type(error).__name__}")
+
+
+def http_response(error: BaseException) -> JSONResponse:
+    proxy_error = as_proxy_error(error)
+    return JSONResponse(error_body(proxy_error), status_code=proxy_error.status)
+
+
+def sse_event(error: BaseException) -> bytes:
+    """An error inside an open stream: one ``data:`` event with the OpenAI error object."""
+    return b"data: " + json.dumps(error_body(as_proxy_error(error))).encode() + b"\n\n"

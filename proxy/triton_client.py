@@ -1,0 +1,103 @@
+"""The proxy's only way to generate: one Triton gRPC stream per request, on one shared channel."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import grpc
+import tritonclient.grpc.aio as triton_grpc
+from tritonclient.utils import InferenceServerException
+
+from llgtriton import wire
+from proxy.errors import (
+    InternalError,
+    InvalidRequestError,
+    ProxyError,
+    ServiceUnavailableError,
+    UpstreamTimeoutError,
+)
+
+logger = logging.getLogger(__name__)
+
+# Ask Triton to end a failed stream with a gRPC status (so INVALID_ARG reaches us as a code).
+_GRPC_ERROR_HEADERS = {"triton_grpc_error": "true"}
+
+_STATUS_ERRORS: dict[grpc.StatusCode, type[ProxyError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequestError,
+    grpc.StatusCode.UNIMPLEMENTED: InvalidRequestError,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidRequestError,
+    grpc.StatusCode.UNAVAILABLE: ServiceUnavailableError,
+    grpc.StatusCode.NOT_FOUND: ServiceUnavailableError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ServiceUnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: UpstreamTimeoutError,
+}
+
+
+class GenerationClient(Protocol):
+    def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncIterator[wire.GenerationOutput]: ...
+
+    async def is_ready(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+def _rpc_error(error: grpc.aio.AioRpcError) -> ProxyError:
+    error_type = _STATUS_ERRORS.get(error.code(), InternalError)
+    details = error.details() or error.code().name
+    if error.code() == grpc.StatusCode.UNAVAILABLE:
+        details = f"Triton is unavailable: {details}"
+    return error_type(details)
+
+
+def _inputs(request: wire.GenerationRequest) -> list[Any]:
+    inputs = []
+    for name, array in wire.encode_request(request).items():
+        tensor = triton_grpc.InferInput(name, list(array.shape), wire.client_datatype(wire.INPUT_TYPES[name]))
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+class TritonGenerationClient:
+    def __init__(self, url: str, model_name: str, timeout_s: float) -> None:
+        self._client = triton_grpc.InferenceServerClient(url)
+        self._model_name = model_name
+        self._timeout_s = timeout_s
+
+    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncIterator[wire.GenerationOutput]:
+        try:
+            inputs = _inputs(request)
+        except wire.WireError as exc:
+            raise InvalidRequestError(str(exc)) from None
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            yield {"model_name": self._model_name, "inputs": inputs, "request_id": request_id}
+
+        stream = self._client.stream_infer(
+            inputs_iterator=requests(), stream_timeout=self._timeout_s, headers=_GRPC_ERROR_HEADERS
+        )
+        try:
+            async for result, error in stream:
+                if error is not None:
+                    raise InternalError(f"Triton: {error}")
+                yield wire.decode_output(result.as_numpy)
+                if result.get_response().parameters["triton_final_response"].bool_param:
+                    return
+            raise InternalError("Triton closed the stream before the final response")
+        except grpc.aio.AioRpcError as exc:
+            raise _rpc_error(exc) from None
+        except InferenceServerException as exc:
+            raise ServiceUnavailableError(f"Triton: {exc.message()}") from None
+        finally:
+            stream.cancel()
+
+    async def is_ready(self) -> bool:
+        try:
+            return bool(await self._client.is_model_ready(self._model_name))
+        except (InferenceServerException, grpc.aio.AioRpcError):
+            return False
+
+    async def close(self) -> None:
+        await self._client.close()

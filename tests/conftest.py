@@ -1,0 +1,120 @@
+"""Shared fixtures: the real model loaded in-process, and a real llgtriton server (Triton + proxy)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llgtriton.settings import EngineSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER_START_TIMEOUT_S = 600.0
+
+
+@pytest.fixture(scope="session")
+def loaded_model() -> Any:
+    """SmolLM2-135M-Instruct loaded in this process (converted once, then cached)."""
+    from backend.model_loader import load_model
+
+    return load_model(EngineSettings())
+
+
+@pytest.fixture(scope="session")
+def tokenizer(loaded_model: Any) -> Any:
+    return loaded_model.tokenizer
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    process: subprocess.Popen[bytes]
+    log: Path
+    proxy_port: int
+    grpc_port: int
+    http_port: int
+    metrics_port: int
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"http://127.0.0.1:{self.proxy_port}/v1"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def start_server(log: Path, *extra: str) -> RunningServer:
+    """``llgtriton serve`` exactly as ``make serve`` runs it, on free ports."""
+    ports = [free_port() for _ in range(4)]
+    proxy_port, http_port, grpc_port, metrics_port = ports
+    argv = [
+        sys.executable,
+        "-m",
+        "llgtriton.cli",
+        "serve",
+        f"--proxy-port={proxy_port}",
+        f"--proxy-triton-url=127.0.0.1:{grpc_port}",
+        f"--triton-http-port={http_port}",
+        f"--triton-grpc-port={grpc_port}",
+        f"--triton-metrics-port={metrics_port}",
+        f"--triton-model-repository={ROOT / 'model_repository'}",
+        *extra,
+    ]
+    with log.open("wb") as handle:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    server = RunningServer(process, log, proxy_port, grpc_port, http_port, metrics_port)
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while not _ready(f"http://127.0.0.1:{proxy_port}/ready"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_server(server)
+            pytest.fail(f"llgtriton serve did not become ready:\n{server.log_tail()}")
+        time.sleep(0.5)
+    return server
+
+
+def stop_server(server: RunningServer, timeout: float = 60.0) -> int:
+    """Ctrl-C, as a user would; returns the exit code."""
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGINT)
+    try:
+        return server.process.wait(timeout)
+    finally:
+        if server.process.poll() is None:
+            os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(tmp_path_factory.mktemp("server") / "serve.log")
+    yield running
+    stop_server(running)

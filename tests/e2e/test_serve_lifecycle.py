@@ -1,0 +1,59 @@
+"""``llgtriton serve`` as a user runs it: a chat template file, then Ctrl-C stops everything."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import start_server, stop_server
+
+pytestmark = pytest.mark.e2e
+
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _tritonserver_running(grpc_port: int) -> bool:
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(arg.endswith(b"tritonserver") for arg in argv) and f"--grpc-port={grpc_port}".encode() in argv:
+            return True
+    return False
+
+
+def test_chat_template_file_then_ctrl_c(tmp_path: Path, tokenizer: Any) -> None:
+    template = tmp_path / "template.jinja"
+    template.write_text(TEMPLATE)
+    server = start_server(tmp_path / "serve.log", f"--engine-chat-template={template}")
+    try:
+        messages: list[Any] = [{"role": "user", "content": "Hi"}]
+        client = openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0)
+        response = client.chat.completions.create(
+            model="SmolLM2-135M-Instruct", messages=messages, max_tokens=2, temperature=0
+        )
+        ours = tokenizer.apply_chat_template(
+            messages, chat_template=TEMPLATE, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        default = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        assert len(ours) != len(default)  # the model's own template adds a system prompt
+        assert response.usage is not None and response.usage.prompt_tokens == len(ours)
+    finally:
+        code = stop_server(server)
+    assert code in (0, 130), server.log_tail()  # 130: uvicorn re-raises the SIGINT it handled
+    assert not _tritonserver_running(server.grpc_port)
+    assert not _port_open(server.proxy_port)
+    assert not _port_open(server.grpc_port)

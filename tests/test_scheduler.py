@@ -1,0 +1,173 @@
+"""The step scheduler with the real model: batching, the logits post-processor hook, cancellation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from backend.errors import InvalidRequest
+from backend.requests import EngineRequest, LogitsPostProcessor, SamplingParams
+from backend.scheduler import Scheduler
+from backend.torch_engine import TorchEngine
+from llgtriton.wire import FinishReason, GenerationOutput
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+class RecordingSink:
+    def __init__(self, cancel_after: int | None = None) -> None:
+        self.outputs: list[GenerationOutput] = []
+        self.error: Exception | None = None
+        self.done = threading.Event()
+        self._cancel_after = cancel_after
+
+    def send(self, output: GenerationOutput, *, final: bool) -> None:
+        assert not self.done.is_set(), "a response after the final one"
+        self.outputs.append(output)
+        if final:
+            self.done.set()
+
+    def fail(self, error: Exception) -> None:
+        self.error = error
+        self.done.set()
+
+    def is_cancelled(self) -> bool:
+        return self._cancel_after is not None and len(self.outputs) >= self._cancel_after
+
+    def wait(self) -> None:
+        assert self.done.wait(120), "the request never finished"
+
+    @property
+    def text(self) -> str:
+        return "".join(o.text for o in self.outputs)
+
+
+@pytest.fixture
+def scheduler(loaded_model: Any) -> Iterator[Scheduler]:
+    engine = TorchEngine(loaded_model.model, torch.device("cpu"))
+    running = Scheduler(engine, loaded_model.tokenizer, loaded_model.eos_token_ids, max_batch_size=2, max_model_len=512)
+    running.start()
+    yield running
+    running.shutdown()
+
+
+def request(tokenizer: Any, prompt: str, max_tokens: int = 8, **kwargs: Any) -> EngineRequest:
+    return EngineRequest(
+        request_id=prompt,
+        prompt_ids=tuple(tokenizer.encode(prompt)),
+        max_tokens=max_tokens,
+        sampling=kwargs.pop("sampling", GREEDY),
+        **kwargs,
+    )
+
+
+def run(scheduler: Scheduler, *requests: EngineRequest) -> list[RecordingSink]:
+    sinks = [RecordingSink() for _ in requests]
+    for item, sink in zip(requests, sinks, strict=True):
+        scheduler.submit(item, sink)
+    for sink in sinks:
+        sink.wait()
+    return sinks
+
+
+def test_batched_requests_match_requests_run_alone(scheduler: Scheduler, tokenizer: Any) -> None:
+    prompts = ["The sky is", "My favourite food is", "Python is a", "Once upon a time"]
+    alone = [run(scheduler, request(tokenizer, p))[0].text for p in prompts]
+    together = run(scheduler, *(request(tokenizer, p) for p in prompts))  # batch 2: two wait in the queue
+    assert [sink.text for sink in together] == alone
+    assert all(sink.outputs[-1].finish_reason == FinishReason.LENGTH for sink in together)
+    assert scheduler.load == (0, 0)
+
+
+def test_streaming_sends_deltas_and_one_final(scheduler: Scheduler, tokenizer: Any) -> None:
+    (whole,) = run(scheduler, request(tokenizer, "The sky is", max_tokens=10))
+    (streamed,) = run(scheduler, request(tokenizer, "The sky is", max_tokens=10, stream=True))
+    assert len(whole.outputs) == 1
+    assert len(streamed.outputs) > 2
+    assert streamed.text == whole.text
+    assert [o.finish_reason for o in streamed.outputs[:-1]] == [None] * (len(streamed.outputs) - 1)
+    assert streamed.outputs[-1].completion_tokens == 10
+
+
+class RecordingProcessor:
+    """Bans or forces tokens through TensorRT-LLM's logits post-processor signature."""
+
+    def __init__(self, *, ban: set[int] | None = None, only: int | None = None) -> None:
+        self.calls: list[tuple[int, tuple[int, ...], list[list[int]], int, int | None]] = []
+        self._ban = ban or set()
+        self._only = only
+
+    def __call__(
+        self, req_id: int, logits: torch.Tensor, token_ids: list[list[int]], stream_ptr: int, client_id: int | None
+    ) -> None:
+        self.calls.append((req_id, tuple(logits.shape), token_ids, stream_ptr, client_id))
+        if self._only is not None:
+            keep = logits[..., self._only].clone()
+            logits.fill_(float("-inf"))
+            logits[..., self._only] = keep
+        for token in self._ban:
+            logits[..., token] = float("-inf")
+
+
+def test_logits_post_processor_sees_tensorrt_llm_arguments_and_steers_sampling(
+    scheduler: Scheduler, tokenizer: Any
+) -> None:
+    (free,) = run(scheduler, request(tokenizer, "The sky is", max_tokens=6))
+    free_ids = set(tokenizer.encode(free.text, add_special_tokens=False))
+    banning = RecordingProcessor(ban=free_ids)
+    processor: LogitsPostProcessor = banning
+    (banned,) = run(scheduler, request(tokenizer, "The sky is", max_tokens=6, logits_processor=processor))
+    assert free_ids.isdisjoint(tokenizer.encode(banned.text, add_special_tokens=False))
+
+    prompt = tuple(tokenizer.encode("The sky is"))
+    req_id, shape, token_ids, stream_ptr, client_id = banning.calls[0]
+    assert shape == (1, 1, scheduler._engine.vocab_size)
+    assert token_ids == [list(prompt)]
+    assert stream_ptr == 0 and client_id == req_id
+    assert len(banning.calls) == 6
+    assert banning.calls[-1][2][0][: len(prompt)] == list(prompt) and len(banning.calls[-1][2][0]) == len(prompt) + 5
+
+    x_token = tokenizer.encode("x", add_special_tokens=False)[0]
+    (forced,) = run(
+        scheduler, request(tokenizer, "The sky is", max_tokens=5, logits_processor=RecordingProcessor(only=x_token))
+    )
+    assert forced.text == "x" * 5
+
+
+def test_a_failing_processor_fails_only_its_request(scheduler: Scheduler, tokenizer: Any) -> None:
+    def broken(
+        req_id: int, logits: torch.Tensor, token_ids: list[list[int]], stream_ptr: int, client_id: int | None
+    ) -> None:
+        raise InvalidRequest("grammar rejected the token")
+
+    bad, good = run(
+        scheduler,
+        request(tokenizer, "The sky is", logits_processor=broken),
+        request(tokenizer, "Python is a"),
+    )
+    assert isinstance(bad.error, InvalidRequest)
+    assert good.error is None and good.outputs[-1].finish_reason == FinishReason.LENGTH
+
+
+def test_cancelled_request_ends_with_a_final_response_and_frees_its_slot(scheduler: Scheduler, tokenizer: Any) -> None:
+    cancelled = RecordingSink(cancel_after=2)
+    scheduler.submit(request(tokenizer, "Once upon a time", max_tokens=200, stream=True), cancelled)
+    cancelled.wait()
+    assert cancelled.outputs[-1].finish_reason is None
+    assert cancelled.outputs[-1].completion_tokens < 10
+    (after,) = run(scheduler, request(tokenizer, "The sky is"))
+    assert after.outputs[-1].finish_reason == FinishReason.LENGTH
+    assert scheduler.load == (0, 0)
+
+
+def test_stop_strings_end_generation(scheduler: Scheduler, tokenizer: Any) -> None:
+    (free,) = run(scheduler, request(tokenizer, "Once upon a time", max_tokens=20))
+    stop = free.text[6:11]
+    (stopped,) = run(scheduler, request(tokenizer, "Once upon a time", max_tokens=20, stop=(stop,), stream=True))
+    assert stopped.text == free.text[: free.text.find(stop)]
+    assert stopped.outputs[-1].finish_reason == FinishReason.STOP
+    assert stopped.outputs[-1].completion_tokens < 20
