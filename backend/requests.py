@@ -54,6 +54,7 @@ class EngineRequest:
     sampling: SamplingParams
     stop: tuple[str, ...] = ()
     stream: bool = False
+    grammar: str | None = None  # an llguidance grammar; the output must match it
     logits_processor: LogitsPostProcessor | None = None
 
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from backend.constraints import GrammarCache, GuidanceLogitsProcessor
 from backend.detokenizer import Decoder, IncrementalDetokenizer
 from backend.engine import Engine
-from backend.errors import BackendError, Unavailable
+from backend.errors import BackendError, InvalidRequest, Unavailable
 from backend.requests import EngineRequest, ResponseSink
 from backend.sampling import apply_penalties, make_generator, sample_token
 from backend.stop_strings import StopStringFilter
@@ -55,10 +56,13 @@ class Scheduler:
         engine: Engine,
         decoder: Decoder,
         eos_token_ids: frozenset[int],
+        *,
         max_batch_size: int,
         max_model_len: int,
+        guidance: tuple[GuidanceLogitsProcessor, GrammarCache] | None = None,
     ) -> None:
         self._engine = engine
+        self._guidance = guidance
         self._decoder = decoder
         self._eos = eos_token_ids
         self._max_batch_size = max_batch_size
@@ -125,15 +129,42 @@ class Scheduler:
             joined = self._admit(request, sink)
             if joined is not None:
                 rows.append((joined, self._engine.prefill(joined.seq_id, request.prompt_ids)))
+        self._constrain(rows)
         for seq, row in rows:
             self._advance(seq, row)
+
+    def _constrain(self, rows: list[tuple[_Sequence, torch.Tensor]]) -> None:
+        """One call of the batched logits post-processor for every constrained row."""
+        if self._guidance is None:
+            return
+        processor = self._guidance[0]
+        constrained = [(seq, row) for seq, row in rows if processor.is_constrained(seq.seq_id)]
+        if constrained:
+            processor(
+                [seq.seq_id for seq, _ in constrained],
+                [row.view(1, 1, -1) for _, row in constrained],
+                [[[*seq.request.prompt_ids, *seq.generated]] for seq, _ in constrained],
+                self._engine.stream_ptr,
+                [seq.seq_id for seq, _ in constrained],
+            )
 
     def _admit(self, request: EngineRequest, sink: ResponseSink) -> _Sequence | None:
         if sink.is_cancelled():
             self._send(sink, GenerationOutput(text="", prompt_tokens=len(request.prompt_ids)), final=True)
             return None
+        seq_id = next(self._ids)
+        if request.grammar is not None:
+            if self._guidance is None:
+                self._send_failure(sink, InvalidRequest("this engine has no constraint support"))
+                return None
+            processor, grammars = self._guidance
+            try:
+                processor.add(seq_id, grammars.matcher(request.grammar), len(request.prompt_ids))
+            except BackendError as exc:
+                self._send_failure(sink, exc)
+                return None
         seq = _Sequence(
-            seq_id=next(self._ids),
+            seq_id=seq_id,
             request=request,
             sink=sink,
             detokenizer=IncrementalDetokenizer(self._decoder, request.prompt_ids),
@@ -146,6 +177,10 @@ class Scheduler:
     def _advance(self, seq: _Sequence, logits: torch.Tensor) -> None:
         """Post-process, sample and emit one token of ``seq``."""
         request = seq.request
+        constraint_error = self._guidance[0].error(seq.seq_id) if self._guidance is not None else None
+        if constraint_error is not None:
+            self._abort(seq, BackendError(constraint_error))
+            return
         try:
             if request.logits_processor is not None:
                 token_ids = [[*request.prompt_ids, *seq.generated]]
@@ -193,15 +228,14 @@ class Scheduler:
 
     def _abort(self, seq: _Sequence, error: Exception) -> None:
         self._release(seq)
-        try:
-            seq.sink.fail(error)
-        except Exception:
-            logger.exception("could not report an error for request %s", seq.request.request_id)
+        self._send_failure(seq.sink, error)
 
     def _release(self, seq: _Sequence) -> None:
         if seq in self._running:
             self._running.remove(seq)
         self._engine.release(seq.seq_id)
+        if self._guidance is not None:
+            self._guidance[0].remove(seq.seq_id)
 
     def _is_cancelled(self, seq: _Sequence) -> bool:
         try:
@@ -217,6 +251,13 @@ class Scheduler:
         except Exception:  # the client is gone; the sequence is finished either way
             logger.warning("could not deliver a response", exc_info=True)
 
+    @staticmethod
+    def _send_failure(sink: ResponseSink, error: Exception) -> None:
+        try:
+            sink.fail(error)
+        except Exception:
+            logger.exception("could not report an error")
+
     def _fail_all(self, error: Exception) -> None:
         with self._wakeup:
             pending = list(self._waiting)
@@ -224,7 +265,4 @@ class Scheduler:
         for seq in list(self._running):
             self._abort(seq, error)
         for _, sink in pending:
-            try:
-                sink.fail(error)
-            except Exception:
-                logger.exception("could not report shutdown to a waiting request")
+            self._send_failure(sink, error)

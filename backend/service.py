@@ -8,11 +8,13 @@ import math
 import torch
 
 from backend.chat_template import ChatTemplate
-from backend.errors import InvalidRequest, Unsupported
+from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.errors import InvalidRequest
 from backend.model_loader import LoadedModel, load_model
 from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
+from llgtriton.guides import GuideError, grammar_for
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import GenerationRequest
 
@@ -44,22 +46,30 @@ def sampling_params(request: GenerationRequest) -> SamplingParams:
 
 
 class GenerationService:
-    def __init__(self, loaded: LoadedModel, chat_template: ChatTemplate, scheduler: Scheduler) -> None:
+    def __init__(
+        self, loaded: LoadedModel, chat_template: ChatTemplate, scheduler: Scheduler, grammars: GrammarCache
+    ) -> None:
         self._loaded = loaded
         self._chat_template = chat_template
         self._scheduler = scheduler
+        self._grammars = grammars
 
     @classmethod
     def start(cls, settings: EngineSettings) -> GenerationService:
         loaded = load_model(settings)
         chat_template = ChatTemplate(loaded.tokenizer, settings.chat_template)
         engine = TorchEngine(loaded.model, torch.device(settings.device))
+        processor = GuidanceLogitsProcessor.for_tokenizer(
+            loaded.tokenizer, engine.vocab_size, loaded.eos_token_ids, settings.max_batch_size
+        )
+        grammars = GrammarCache(processor.tokenizer)
         scheduler = Scheduler(
             engine,
             loaded.tokenizer,
             loaded.eos_token_ids,
             max_batch_size=settings.max_batch_size,
             max_model_len=loaded.max_model_len,
+            guidance=(processor, grammars),
         )
         scheduler.start()
         logger.info(
@@ -68,7 +78,7 @@ class GenerationService:
             loaded.max_model_len,
             settings.max_batch_size,
         )
-        return cls(loaded, chat_template, scheduler)
+        return cls(loaded, chat_template, scheduler, grammars)
 
     @property
     def max_model_len(self) -> int:
@@ -83,12 +93,19 @@ class GenerationService:
         _check(len(ids) > 0, "the prompt is empty")
         return ids
 
+    def grammar(self, request: GenerationRequest) -> str | None:
+        """The request's constraint as an llguidance grammar, compiled once to check it (then cached)."""
+        if request.guide_type is None:
+            return None
+        try:
+            grammar = grammar_for(request.guide_type, request.guide)
+        except GuideError as exc:
+            raise InvalidRequest(str(exc)) from None
+        self._grammars.matcher(grammar)
+        return grammar
+
     def prepare(self, request: GenerationRequest, request_id: str) -> EngineRequest:
-        if request.guide_type is not None:
-            raise Unsupported(
-                f"guided decoding ({request.guide_type.value}) is not available in this build; "
-                "the request was refused rather than served unconstrained"
-            )
+        grammar = self.grammar(request)
         sampling = sampling_params(request)
         ids = self.prompt_ids(request)
         room = self.max_model_len - len(ids)
@@ -107,6 +124,7 @@ class GenerationService:
             sampling=sampling,
             stop=request.stop,
             stream=request.stream,
+            grammar=grammar,
         )
 
     def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:

@@ -6,6 +6,7 @@ known fields this build cannot honour are refused with a 400 rather than ignored
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any, Literal
@@ -30,22 +31,57 @@ class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
+        """The message as the model sees it; earlier tool calls are written as the model writes them."""
         if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+            text = ""
+        elif isinstance(self.content, str):
+            text = self.content
+        else:
+            text = "".join(part.text for part in self.content)
+        if self.tool_calls:
+            calls = [
+                {"name": call.get("function", {}).get("name"), "arguments": _arguments(call)}
+                for call in self.tool_calls
+            ]
+            text += "<tool_call>" + json.dumps(calls, ensure_ascii=False)
+        return text
+
+
+def _arguments(call: dict[str, Any]) -> Any:
+    raw = call.get("function", {}).get("arguments", "{}")
+    try:
+        return json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        return raw
 
 
 class StreamOptions(_Request):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(_Request):
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
 class ResponseFormat(_Request):
     type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputs(_Request):
+    """vLLM's extension: exactly one of these constrains the output."""
+
+    json_: dict[str, Any] | str | bool | None = Field(None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
 
 
 class _GenerationRequest(_Request):
@@ -64,6 +100,13 @@ class _GenerationRequest(_Request):
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)
     user: str | None = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    # vLLM's older spellings of structured_outputs, still sent by many clients.
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
     @field_validator("stop")
     @classmethod
@@ -85,9 +128,9 @@ class _GenerationRequest(_Request):
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
-    response_format: ResponseFormat | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
 
@@ -126,7 +169,7 @@ def now() -> int:
     return int(time.time())
 
 
-FinishReasonName = Literal["stop", "length"]
+FinishReasonName = Literal["stop", "length", "tool_calls"]
 
 
 class Usage(_Response):
@@ -143,9 +186,21 @@ class Usage(_Response):
         )
 
 
+class FunctionCall(_Response):
+    name: str
+    arguments: str
+
+
+class ToolCall(_Response):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(_Response):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    tool_calls: list[ToolCall] | None = Field(None, exclude_if=lambda calls: calls is None)
 
 
 class ChatChoice(_Response):
@@ -164,9 +219,22 @@ class ChatCompletion(_Response):
     usage: Usage
 
 
+class FunctionCallDelta(_Response):
+    name: str | None = Field(None, exclude_if=lambda value: value is None)
+    arguments: str | None = Field(None, exclude_if=lambda value: value is None)
+
+
+class ToolCallDelta(_Response):
+    index: int
+    id: str | None = Field(None, exclude_if=lambda value: value is None)
+    type: Literal["function"] | None = Field(None, exclude_if=lambda value: value is None)
+    function: FunctionCallDelta
+
+
 class ChatDelta(_Response):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = Field(None, exclude_if=lambda calls: calls is None)
 
 
 class ChatChunkChoice(_Response):

@@ -1,14 +1,40 @@
-"""OpenAI request bodies to the wire's :class:`GenerationRequest`; refuses what cannot be honoured."""
+"""OpenAI request bodies to the wire's :class:`GenerationRequest`; refuses what cannot be honoured.
+
+Constraints (``response_format``, ``structured_outputs`` and vLLM's older ``guided_*`` fields,
+``tools``) are compiled here with llguidance, without the model, so a bad one is a 400 before
+the request reaches Triton.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import logging
+from dataclasses import dataclass
+from typing import Any
 
 from llgtriton import wire
+from llgtriton.guides import GuideError, check_grammar, grammar_for
+from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError
-from proxy.protocol import ChatCompletionRequest, CompletionRequest, _GenerationRequest
+from proxy.protocol import ChatCompletionRequest, CompletionRequest, StructuredOutputs, _GenerationRequest
+from proxy.tools import ToolPlan, plan_tools
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    guide_type: GuideType
+    guide: str | None
+    param: str  # the request field it came from, for error messages
+
+
+@dataclass(frozen=True)
+class ChatTranslation:
+    generation: wire.GenerationRequest
+    tools: ToolPlan | None
 
 
 def _refuse(feature: str, param: str) -> InvalidRequestError:
@@ -19,12 +45,90 @@ def _refuse(feature: str, param: str) -> InvalidRequestError:
     )
 
 
+@functools.lru_cache(maxsize=512)
+def _compile_error(guide_type: GuideType, guide: str | None) -> str | None:
+    try:
+        check_grammar(grammar_for(guide_type, guide))
+    except GuideError as exc:
+        return str(exc)
+    return None
+
+
+def check_constraint(constraint: Constraint) -> None:
+    error = _compile_error(constraint.guide_type, constraint.guide)
+    if error is not None:
+        raise InvalidRequestError(
+            f"invalid {constraint.param}: {error}", param=constraint.param, code="invalid_constraint"
+        )
+
+
+def _json_guide(value: dict[str, Any] | str | bool) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _structured(outputs: StructuredOutputs, param: str) -> Constraint:
+    given = {
+        "json": outputs.json_,
+        "regex": outputs.regex,
+        "choice": outputs.choice,
+        "grammar": outputs.grammar,
+    }
+    chosen = [(key, value) for key, value in given.items() if value is not None]
+    if len(chosen) != 1:
+        raise InvalidRequestError(f"{param} takes exactly one of json, regex, choice, grammar", param=param)
+    key = chosen[0][0]
+    if outputs.json_ is not None:
+        return Constraint(GuideType.JSON_SCHEMA, _json_guide(outputs.json_), f"{param}.json")
+    if outputs.choice is not None:
+        return Constraint(GuideType.CHOICE, json.dumps(outputs.choice), f"{param}.choice")
+    if outputs.regex is not None:
+        return Constraint(GuideType.REGEX, outputs.regex, f"{param}.regex")
+    assert key == "grammar"
+    return Constraint(GuideType.LARK, outputs.grammar, f"{param}.grammar")
+
+
+def _constraints(request: _GenerationRequest) -> list[Constraint]:
+    found = []
+    response_format = request.response_format
+    if response_format is not None and response_format.type == "json_object":
+        found.append(Constraint(GuideType.JSON, None, "response_format"))
+    elif response_format is not None and response_format.type == "json_schema":
+        spec = response_format.json_schema
+        if spec is None or spec.schema_ is None:
+            raise InvalidRequestError("response_format json_schema needs json_schema.schema", param="response_format")
+        # strict or not, the schema is enforced: a constraint is never weakened silently.
+        found.append(Constraint(GuideType.JSON_SCHEMA, json.dumps(spec.schema_), "response_format"))
+    if request.structured_outputs is not None:
+        found.append(_structured(request.structured_outputs, "structured_outputs"))
+    legacy = StructuredOutputs.model_validate(
+        {
+            "json": request.guided_json,
+            "regex": request.guided_regex,
+            "choice": request.guided_choice,
+            "grammar": request.guided_grammar,
+        }
+    )
+    if any(value is not None for value in (legacy.json_, legacy.regex, legacy.choice, legacy.grammar)):
+        found.append(_structured(legacy, "guided_*"))
+    return found
+
+
+def _one_constraint(found: list[Constraint]) -> Constraint | None:
+    if len(found) > 1:
+        fields = " and ".join(c.param for c in found)
+        raise InvalidRequestError(f"one constraint per request; got {fields}", param=found[1].param)
+    if found:
+        check_constraint(found[0])
+        return found[0]
+    return None
+
+
 def _log_unknown_fields(request: _GenerationRequest) -> None:
     if request.model_extra:
         logger.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
 
 
-def _common(request: _GenerationRequest) -> dict[str, object]:
+def _common(request: _GenerationRequest, constraint: Constraint | None) -> dict[str, Any]:
     _log_unknown_fields(request)
     if request.n != 1:
         raise _refuse("n > 1", "n")
@@ -37,19 +141,34 @@ def _common(request: _GenerationRequest) -> dict[str, object]:
         "presence_penalty": request.presence_penalty,
         "frequency_penalty": request.frequency_penalty,
         "stop": request.stop_strings(),
+        "guide_type": constraint.guide_type if constraint else None,
+        "guide": constraint.guide if constraint else None,
     }
 
 
-def chat_generation(request: ChatCompletionRequest) -> wire.GenerationRequest:
-    if request.response_format is not None and request.response_format.type != "text":
-        raise _refuse(f"response_format {request.response_format.type!r}", "response_format")
-    if request.tools:
-        raise _refuse("tools", "tools")
+def _with_instructions(messages: tuple[wire.ChatMessage, ...], instructions: str) -> tuple[wire.ChatMessage, ...]:
+    """Describe the tools in the system message (prepended to the caller's, if any)."""
+    if messages and messages[0].role in ("system", "developer"):
+        first = messages[0]
+        merged = dataclasses.replace(first, content=f"{instructions}\n\n{first.content}")
+        return (merged, *messages[1:])
+    return (wire.ChatMessage(role="system", content=instructions), *messages)
+
+
+def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
     if request.logprobs:
         raise _refuse("logprobs", "logprobs")
+    found = _constraints(request)
+    plan = plan_tools(request.tools, request.tool_choice, request.parallel_tool_calls)
+    if plan is not None:
+        found.append(Constraint(plan.guide_type, plan.guide, "tools"))
+    constraint = _one_constraint(found)
     messages = tuple(wire.ChatMessage(role=m.role, content=m.text()) for m in request.messages)
+    if plan is not None:
+        messages = _with_instructions(messages, plan.instructions)
     max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
-    return wire.GenerationRequest(messages=messages, max_tokens=max_tokens, **_common(request))  # type: ignore[arg-type]
+    generation = wire.GenerationRequest(messages=messages, max_tokens=max_tokens, **_common(request, constraint))
+    return ChatTranslation(generation, plan)
 
 
 def completion_generation(request: CompletionRequest) -> wire.GenerationRequest:
@@ -61,8 +180,7 @@ def completion_generation(request: CompletionRequest) -> wire.GenerationRequest:
         raise _refuse("suffix", "suffix")
     if request.best_of not in (None, 1):
         raise _refuse("best_of", "best_of")
+    constraint = _one_constraint(_constraints(request))
     return wire.GenerationRequest(
-        prompt=request.prompt_text(),
-        max_tokens=request.max_tokens,
-        **_common(request),  # type: ignore[arg-type]
+        prompt=request.prompt_text(), max_tokens=request.max_tokens, **_common(request, constraint)
     )

@@ -561,17 +561,6 @@ async def test_body_over_the_limit_is_a_413(client: ScriptedClient) -> None:
 
 UNSUPPORTED = [
     ("/v1/chat/completions", {"n": 2}, "n"),
-    ("/v1/chat/completions", {"response_format": {"type": "json_object"}}, "response_format"),
-    (
-        "/v1/chat/completions",
-        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
-        "response_format",
-    ),
-    (
-        "/v1/chat/completions",
-        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]},
-        "tools",
-    ),
     ("/v1/chat/completions", {"logprobs": True}, "logprobs"),
     ("/v1/completions", {"n": 3}, "n"),
     ("/v1/completions", {"echo": True}, "echo"),

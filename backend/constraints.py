@@ -1,0 +1,147 @@
+"""llguidance in the logits post-processor: one matcher per request, masks for the batch at once.
+
+:class:`GuidanceLogitsProcessor` has TensorRT-LLM's *batched* logits post-processor signature
+``(req_ids, logits, token_ids, stream_ptr, client_ids)`` and keys its state by client id, so the
+same object serves the torch engine's step loop and TensorRT-LLM's executor. Each call consumes
+the tokens sampled since the last call, computes every row's mask with llguidance's parallel
+API (GIL released), and applies it. It never raises: a matcher that fails gets an EOS-only mask,
+and the failure is kept for the scheduler to end that request with an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import llguidance
+import llguidance.hf
+import llguidance.numpy  # not llguidance.torch: importing it runs torch.compile (slow, and warns)
+import torch
+from llguidance import LLMatcher, LLTokenizer
+
+from backend.errors import InvalidRequest
+from backend.masking import apply_token_bitmask_cpu
+
+logger = logging.getLogger(__name__)
+
+
+def _allocate_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
+    """int32 ``[rows, ceil(vocab / 32)]``, all tokens allowed."""
+    return torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
+
+
+class GrammarCache:
+    """Compiled grammars, least recently used first out; a request gets a copy of the compiled matcher."""
+
+    def __init__(self, tokenizer: LLTokenizer, capacity: int = 256) -> None:
+        self._tokenizer = tokenizer
+        self._capacity = capacity
+        self._compiled: OrderedDict[str, LLMatcher] = OrderedDict()
+        self._lock = threading.Lock()
+        self.compilations = 0
+
+    def matcher(self, grammar: str) -> LLMatcher:
+        """A fresh matcher for ``grammar``; raises :class:`InvalidRequest` if it does not compile."""
+        with self._lock:
+            template = self._compiled.get(grammar)
+            if template is not None:
+                self._compiled.move_to_end(grammar)
+                return template.deep_copy()
+        template = LLMatcher(self._tokenizer, grammar, log_level=0)  # compiles with the GIL released
+        if template.is_error():
+            raise InvalidRequest(f"the constraint does not compile: {template.get_error()}")
+        with self._lock:
+            self.compilations += 1
+            self._compiled[grammar] = template
+            while len(self._compiled) > self._capacity:
+                self._compiled.popitem(last=False)
+            return template.deep_copy()
+
+
+@dataclass(eq=False)
+class _MatcherState:
+    matcher: LLMatcher
+    consumed: int  # how many of the request's tokens (prompt included) the matcher has seen
+    error: str | None = None
+
+
+class GuidanceLogitsProcessor:
+    def __init__(self, tokenizer: LLTokenizer, vocab_size: int, max_batch_size: int) -> None:
+        if tokenizer.vocab_size != vocab_size:
+            raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, logits have {vocab_size}")
+        self._tokenizer = tokenizer
+        self._states: dict[int, _MatcherState] = {}
+        self._executor = llguidance.LLExecutor()
+        self._bitmask = _allocate_bitmask(max_batch_size, vocab_size)
+        self._eos_only = torch.zeros(self._bitmask.shape[1], dtype=torch.int32)
+        for token in tokenizer.eos_tokens:
+            self._eos_only[token >> 5] |= 1 << (token & 31)
+
+    @classmethod
+    def for_tokenizer(
+        cls, hf_tokenizer: Any, vocab_size: int, eos_token_ids: Collection[int], max_batch_size: int
+    ) -> GuidanceLogitsProcessor:
+        """Build llguidance's tokenizer with the logits width and the engine's end-of-sequence tokens."""
+        tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size, eos_token=sorted(eos_token_ids))
+        return cls(tokenizer, vocab_size, max_batch_size)
+
+    @property
+    def tokenizer(self) -> LLTokenizer:
+        return self._tokenizer
+
+    def add(self, client_id: int, matcher: LLMatcher, prompt_length: int) -> None:
+        self._states[client_id] = _MatcherState(matcher=matcher, consumed=prompt_length)
+
+    def remove(self, client_id: int) -> None:
+        self._states.pop(client_id, None)
+
+    def error(self, client_id: int) -> str | None:
+        state = self._states.get(client_id)
+        return None if state is None else state.error
+
+    def is_constrained(self, client_id: int) -> bool:
+        return client_id in self._states
+
+    def __call__(
+        self,
+        req_ids: Sequence[int],
+        logits: Sequence[torch.Tensor],
+        token_ids: Sequence[Sequence[Sequence[int]]],
+        stream_ptr: int,
+        client_ids: Sequence[int | None],
+    ) -> None:
+        rows = [(row, self._states.get(cid)) for row, cid in enumerate(client_ids) if cid is not None]
+        active = [(row, state) for row, state in rows if state is not None]
+        if not active:
+            return
+        if len(active) > self._bitmask.shape[0]:
+            self._bitmask = _allocate_bitmask(len(active), self._tokenizer.vocab_size)
+        for row, state in active:
+            self._consume(state, token_ids[row][0])
+        masks = self._bitmask[: len(active)]
+        try:
+            llguidance.numpy.fill_next_token_bitmask_par(
+                self._executor, [(state.matcher, index) for index, (_, state) in enumerate(active)], masks.numpy()
+            )
+        except Exception as exc:  # never fail the batch: every constrained row may only end
+            logger.exception("computing token masks failed")
+            masks[:] = self._eos_only
+            for _, state in active:
+                state.error = state.error or f"computing the token mask failed: {exc}"
+        for index, (row, state) in enumerate(active):
+            if state.error is not None:
+                masks[index] = self._eos_only
+            apply_token_bitmask_cpu(logits[row], masks[index])
+
+    @staticmethod
+    def _consume(state: _MatcherState, tokens: Sequence[int]) -> None:
+        new = tokens[state.consumed :]
+        state.consumed = len(tokens)
+        if state.error is not None or not new:
+            return
+        if not state.matcher.consume_tokens(list(new)):
+            state.error = f"the constraint rejected a token: {state.matcher.get_error()}"

@@ -1,0 +1,259 @@
+"""Function calling: tools become a constraint going in and real ``tool_calls`` coming out.
+
+- ``tool_choice`` naming a function: the output is that function's arguments, constrained by
+  its JSON schema.
+- ``required``: the output is a JSON list of ``{"name", "arguments"}`` calls, each constrained by
+  its function's schema (one call when ``parallel_tool_calls`` is false).
+- ``auto``: the model answers in plain text, or writes ``<tool_call>`` followed by that list.
+- ``none``: no constraint, no tool calls.
+
+The functions are described to the model in a system message, since most chat templates (the
+embedded model's included) have no tools section.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llgtriton.wire import GuideType
+from proxy.errors import InvalidRequestError
+from proxy.protocol import ChatDelta, FunctionCallDelta, ToolCallDelta
+
+TOOL_CALL_MARKER = "<tool_call>"
+MAX_TOOLS = 128
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+class ToolMode(enum.Enum):
+    NAMED = "named"
+    REQUIRED = "required"
+    AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    mode: ToolMode
+    functions: tuple[Function, ...]
+    parallel: bool
+    guide_type: GuideType
+    guide: str
+    instructions: str
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    name: str
+    arguments: str  # JSON text
+    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+
+
+def _functions(tools: Sequence[dict[str, Any]]) -> tuple[Function, ...]:
+    if len(tools) > MAX_TOOLS:
+        raise InvalidRequestError(f"at most {MAX_TOOLS} tools, got {len(tools)}", param="tools")
+    functions = []
+    for index, tool in enumerate(tools):
+        spec = tool.get("function")
+        if tool.get("type") != "function" or not isinstance(spec, dict):
+            raise InvalidRequestError(
+                "each tool must be {'type': 'function', 'function': {...}}", param=f"tools.{index}"
+            )
+        name = spec.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise InvalidRequestError(
+                "a function name is 1-64 letters, digits, '_' or '-'", param=f"tools.{index}.function.name"
+            )
+        parameters = spec.get("parameters", _EMPTY_PARAMETERS)
+        if not isinstance(parameters, dict):
+            raise InvalidRequestError("parameters must be a JSON schema object", param=f"tools.{index}.function")
+        functions.append(Function(name, str(spec.get("description") or ""), parameters))
+    names = [f.name for f in functions]
+    if len(set(names)) != len(names):
+        raise InvalidRequestError("function names must be unique", param="tools")
+    return tuple(functions)
+
+
+def _calls_schema(functions: Sequence[Function], parallel: bool) -> dict[str, Any]:
+    call = {
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {"name": {"const": f.name}, "arguments": f.parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for f in functions
+        ]
+    }
+    schema: dict[str, Any] = {"type": "array", "items": call, "minItems": 1}
+    if not parallel:
+        schema["maxItems"] = 1
+    return schema
+
+
+def _describe(functions: Sequence[Function]) -> str:
+    listed = [{"name": f.name, "description": f.description, "parameters": f.parameters} for f in functions]
+    return "You can call these functions:\n" + json.dumps(listed, ensure_ascii=False)
+
+
+def plan_tools(tools: Sequence[dict[str, Any]] | None, tool_choice: Any, parallel: bool | None) -> ToolPlan | None:
+    """The constraint and instructions for a request's tools; None when no tool can be called."""
+    if not tools:
+        if tool_choice not in (None, "none", "auto"):
+            raise InvalidRequestError("tool_choice needs tools", param="tool_choice")
+        return None
+    functions = _functions(tools)
+    choice = "auto" if tool_choice is None else tool_choice
+    parallel = True if parallel is None else parallel
+    calls = json.dumps(_calls_schema(functions, parallel))
+    call_format = 'a JSON list of calls, each {"name": <function name>, "arguments": {...}}'
+    if choice == "none":
+        return None
+    if choice == "required":
+        return ToolPlan(
+            ToolMode.REQUIRED, functions, parallel, GuideType.JSON_SCHEMA, calls,
+            f"{_describe(functions)}\nReply with {call_format}.",
+        )  # fmt: skip
+    if choice == "auto":
+        grammar = f'start: TEXT | "{TOOL_CALL_MARKER}" calls\nTEXT: /[^<](.|\\n)*/\ncalls: %json {calls}'
+        return ToolPlan(
+            ToolMode.AUTO, functions, parallel, GuideType.LARK, grammar,
+            f"{_describe(functions)}\nTo call functions, reply with {TOOL_CALL_MARKER} followed by {call_format}; "
+            "otherwise reply normally.",
+        )  # fmt: skip
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        chosen = [f for f in functions if f.name == name]
+        if not chosen:
+            raise InvalidRequestError(f"tool_choice names {name!r}, which is not among the tools", param="tool_choice")
+        return ToolPlan(
+            ToolMode.NAMED, tuple(chosen), False, GuideType.JSON_SCHEMA, json.dumps(chosen[0].parameters),
+            f"{_describe(chosen)}\nReply with the JSON arguments for {name}.",
+        )  # fmt: skip
+    raise InvalidRequestError(
+        "tool_choice is 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}",
+        param="tool_choice",
+    )
+
+
+def _call(item: Any) -> ParsedCall | None:
+    if not (isinstance(item, dict) and isinstance(item.get("name"), str) and "arguments" in item):
+        return None
+    return ParsedCall(item["name"], json.dumps(item["arguments"], ensure_ascii=False))
+
+
+def parse_calls(plan: ToolPlan, text: str) -> list[ParsedCall] | None:
+    """The calls in a finished output, or None when it holds none (plain text, or cut short)."""
+    if plan.mode is ToolMode.NAMED:
+        return [ParsedCall(plan.functions[0].name, text)]
+    if plan.mode is ToolMode.AUTO:
+        if not text.startswith(TOOL_CALL_MARKER):
+            return None
+        text = text[len(TOOL_CALL_MARKER) :]
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    calls = [_call(item) for item in items] if isinstance(items, list) else []
+    return [c for c in calls if c is not None] or None
+
+
+class JsonArraySplitter:
+    """Finds the top-level elements of a JSON array as its text streams in."""
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._in_string = False
+        self._escaped = False
+        self._current: list[str] = []
+
+    def feed(self, text: str) -> Iterator[str]:
+        for char in text:
+            if self._depth >= 2 or (self._depth == 1 and char not in ",] \n\t\r"):
+                self._current.append(char)
+            if self._in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif char == "\\":
+                    self._escaped = True
+                elif char == '"':
+                    self._in_string = False
+            elif char == '"':
+                self._in_string = True
+            elif char in "[{":
+                self._depth += 1
+            elif char in "]}":
+                self._depth -= 1
+                if self._depth == 1 and self._current:
+                    yield "".join(self._current)
+                    self._current = []
+
+
+class ToolCallStream:
+    """Turns streamed text deltas into content deltas and ``tool_calls`` deltas, per the plan's mode."""
+
+    def __init__(self, plan: ToolPlan) -> None:
+        self._plan = plan
+        self._splitter = JsonArraySplitter()
+        self._pending = ""  # AUTO: text that might still turn out to be the call marker
+        self._calling = plan.mode is not ToolMode.AUTO
+        self._decided = plan.mode is not ToolMode.AUTO
+        self._named_id = f"call_{uuid.uuid4().hex[:24]}"
+        self.calls = 0
+
+    def feed(self, text: str) -> list[ChatDelta]:
+        if not self._decided:
+            self._pending += text
+            if self._pending.startswith(TOOL_CALL_MARKER):
+                self._decided = self._calling = True
+                text, self._pending = self._pending[len(TOOL_CALL_MARKER) :], ""
+            elif not TOOL_CALL_MARKER.startswith(self._pending):
+                self._decided = True
+                text, self._pending = self._pending, ""
+            else:
+                return []
+        if not self._calling:
+            return [ChatDelta(content=text)] if text else []
+        if self._plan.mode is ToolMode.NAMED:
+            return self._named(text)
+        deltas = []
+        for element in self._splitter.feed(text):
+            call = _call(json.loads(element))
+            if call is not None:
+                function = FunctionCallDelta(name=call.name, arguments=call.arguments)
+                deltas.append(
+                    ChatDelta(
+                        tool_calls=[ToolCallDelta(index=self.calls, id=call.id, type="function", function=function)]
+                    )
+                )
+                self.calls += 1
+        return deltas
+
+    def _named(self, text: str) -> list[ChatDelta]:
+        if not text:
+            return []
+        if self.calls == 0:
+            self.calls = 1
+            function = FunctionCallDelta(name=self._plan.functions[0].name, arguments=text)
+            return [
+                ChatDelta(tool_calls=[ToolCallDelta(index=0, id=self._named_id, type="function", function=function)])
+            ]
+        return [ChatDelta(tool_calls=[ToolCallDelta(index=0, function=FunctionCallDelta(arguments=text))])]
+
+    def finish(self) -> list[ChatDelta]:
+        """Whatever is still held when the generation ends (an undecided AUTO prefix is plain text)."""
+        held, self._pending = self._pending, ""
+        return [ChatDelta(content=held)] if held else []
