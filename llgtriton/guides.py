@@ -37,8 +37,10 @@ def _json_document(guide: str, what: str) -> Any:
 
 
 def json_schema_grammar(schema: Any) -> str:
-    if isinstance(schema, bool):  # JSON Schema's true (anything) and false (nothing)
-        schema = {} if schema else {"not": {}}
+    if schema is False:  # JSON Schema's "nothing": llguidance reports it as unsatisfiable
+        return str(LLMatcher.grammar_from_json_schema("false"))
+    if schema is True:  # JSON Schema's "anything"
+        schema = {}
     if not isinstance(schema, dict):
         raise GuideError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
     return str(LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS))

@@ -163,12 +163,18 @@ def parse_calls(plan: ToolPlan, text: str) -> list[ParsedCall] | None:
         if not text.startswith(TOOL_CALL_MARKER):
             return None
         text = text[len(TOOL_CALL_MARKER) :]
+    if not text.startswith("["):
+        return None
+    # The complete calls, also of a list cut short by max_tokens: exactly what a stream delivers.
+    calls = [_call(_json_or_none(element)) for element in JsonArraySplitter().feed(text)]
+    return [c for c in calls if c is not None] or None
+
+
+def _json_or_none(text: str) -> Any:
     try:
-        items = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError:
         return None
-    calls = [_call(item) for item in items] if isinstance(items, list) else []
-    return [c for c in calls if c is not None] or None
 
 
 class JsonArraySplitter:
@@ -212,9 +218,11 @@ class ToolCallStream:
         self._calling = plan.mode is not ToolMode.AUTO
         self._decided = plan.mode is not ToolMode.AUTO
         self._named_id = f"call_{uuid.uuid4().hex[:24]}"
+        self._text: list[str] = []
         self.calls = 0
 
     def feed(self, text: str) -> list[ChatDelta]:
+        self._text.append(text)
         if not self._decided:
             self._pending += text
             if self._pending.startswith(TOOL_CALL_MARKER):
@@ -231,7 +239,7 @@ class ToolCallStream:
             return self._named(text)
         deltas = []
         for element in self._splitter.feed(text):
-            call = _call(json.loads(element))
+            call = _call(_json_or_none(element))
             if call is not None:
                 function = FunctionCallDelta(name=call.name, arguments=call.arguments)
                 deltas.append(
@@ -254,6 +262,12 @@ class ToolCallStream:
         return [ChatDelta(tool_calls=[ToolCallDelta(index=0, function=FunctionCallDelta(arguments=text))])]
 
     def finish(self) -> list[ChatDelta]:
-        """Whatever is still held when the generation ends (an undecided AUTO prefix is plain text)."""
+        """What is still owed when the generation ends, so a stream says what the whole response says.
+
+        An undecided AUTO prefix is plain text; a call list that produced no complete call is
+        returned as content (as :func:`parse_calls` leaves it).
+        """
         held, self._pending = self._pending, ""
+        if self._calling and self.calls == 0:
+            return [ChatDelta(content="".join(self._text))]
         return [ChatDelta(content=held)] if held else []

@@ -66,7 +66,12 @@ def _json_guide(value: dict[str, Any] | str | bool) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _structured(outputs: StructuredOutputs, param: str) -> Constraint:
+def _structured(outputs: StructuredOutputs, param: str, names: dict[str, str] | None = None) -> Constraint:
+    """The one constraint in ``outputs``; ``names`` gives each key's request field (default ``param.key``)."""
+
+    def name(key: str) -> str:
+        return names[key] if names else f"{param}.{key}"
+
     given = {
         "json": outputs.json_,
         "regex": outputs.regex,
@@ -78,13 +83,13 @@ def _structured(outputs: StructuredOutputs, param: str) -> Constraint:
         raise InvalidRequestError(f"{param} takes exactly one of json, regex, choice, grammar", param=param)
     key = chosen[0][0]
     if outputs.json_ is not None:
-        return Constraint(GuideType.JSON_SCHEMA, _json_guide(outputs.json_), f"{param}.json")
+        return Constraint(GuideType.JSON_SCHEMA, _json_guide(outputs.json_), name("json"))
     if outputs.choice is not None:
-        return Constraint(GuideType.CHOICE, json.dumps(outputs.choice), f"{param}.choice")
+        return Constraint(GuideType.CHOICE, json.dumps(outputs.choice), name("choice"))
     if outputs.regex is not None:
-        return Constraint(GuideType.REGEX, outputs.regex, f"{param}.regex")
+        return Constraint(GuideType.REGEX, outputs.regex, name("regex"))
     assert key == "grammar"
-    return Constraint(GuideType.LARK, outputs.grammar, f"{param}.grammar")
+    return Constraint(GuideType.LARK, outputs.grammar, name("grammar"))
 
 
 def _constraints(request: _GenerationRequest) -> list[Constraint]:
@@ -109,7 +114,8 @@ def _constraints(request: _GenerationRequest) -> list[Constraint]:
         }
     )
     if any(value is not None for value in (legacy.json_, legacy.regex, legacy.choice, legacy.grammar)):
-        found.append(_structured(legacy, "guided_*"))
+        legacy_names = {key: f"guided_{key}" for key in ("json", "regex", "choice", "grammar")}
+        found.append(_structured(legacy, "guided_json, guided_regex, guided_choice and guided_grammar", legacy_names))
     return found
 
 

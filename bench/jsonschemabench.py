@@ -1,0 +1,233 @@
+"""JSONSchemaBench conformance and constraint cost, with SmolLM2's tokenizer (no model needed).
+
+For every schema: compile it (time it), check that each valid instance is accepted and each
+invalid one rejected at token level (the instance is tokenized and fed to the matcher), and
+time the token mask at every position of the valid instances. Optionally (``--server``) send a
+sample of the schemas to a running llgtriton server and validate what the model generates.
+
+    .venv/bin/python -m bench.jsonschemabench --data ../shared/data/jsonschemabench --out docs/results
+    .venv/bin/python -m bench.jsonschemabench --server http://127.0.0.1:9000/v1 --sample 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+from llguidance import LLMatcher, LLTokenizer
+
+from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
+
+logger = logging.getLogger("bench.jsonschemabench")
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench"
+
+
+@dataclass
+class SchemaResult:
+    name: str
+    compiled: bool
+    compile_ms: float
+    error: str = ""
+    valid_accepted: int = 0
+    valid_total: int = 0
+    invalid_rejected: int = 0
+    invalid_total: int = 0
+    mask_us: list[float] = field(default_factory=list)
+
+
+def load_schemas(data: Path) -> list[tuple[str, dict[str, Any]]]:
+    return [(path.stem, json.loads(path.read_text())) for path in sorted(data.glob("*.json"))]
+
+
+def instance_text(data: Any) -> str:
+    """How the constrained model writes JSON: compact but for ', ' and ': ' (llgtriton.guides.JSON_OPTIONS)."""
+    return json.dumps(data, ensure_ascii=False)
+
+
+def accepts(template: LLMatcher, tokenizer: LLTokenizer, text: str, mask_us: list[float] | None) -> bool:
+    matcher = template.deep_copy()
+    mask = np.zeros((tokenizer.vocab_size + 31) // 32, dtype=np.int32)
+    for token in tokenizer.tokenize_str(text):
+        if mask_us is not None:
+            started = time.perf_counter()
+            matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+            mask_us.append((time.perf_counter() - started) * 1e6)
+        if not matcher.consume_token(token):
+            return False
+    return matcher.is_accepting()
+
+
+def check_schema(name: str, entry: dict[str, Any], tokenizer: LLTokenizer) -> SchemaResult:
+    compile_ms = float("nan")
+    try:
+        grammar = json_schema_grammar(entry["schema"])
+        check_grammar(grammar)  # what the proxy does before a request reaches Triton
+        started = time.perf_counter()
+        template = LLMatcher(tokenizer, grammar, log_level=0)  # what the backend does, once per schema
+        compile_ms = (time.perf_counter() - started) * 1e3
+        error = template.get_error() if template.is_error() else ""
+    except GuideError as exc:
+        error = str(exc)
+    result = SchemaResult(name, compiled=not error, compile_ms=compile_ms, error=error[:200])
+    if error:
+        return result
+    for test in entry.get("tests", []):
+        if test["valid"]:
+            result.valid_total += 1
+            result.valid_accepted += accepts(template, tokenizer, instance_text(test["data"]), result.mask_us)
+        else:
+            result.invalid_total += 1
+            result.invalid_rejected += not accepts(template, tokenizer, instance_text(test["data"]), None)
+    return result
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def summarize(results: list[SchemaResult]) -> dict[str, Any]:
+    compiled = [r for r in results if r.compiled]
+    masks = [m for r in compiled for m in r.mask_us]
+    compile_ms = [r.compile_ms for r in compiled]
+    valid_total = sum(r.valid_total for r in compiled)
+    invalid_total = sum(r.invalid_total for r in compiled)
+    return {
+        "schemas": len(results),
+        "compiled": len(compiled),
+        "compile_rate": len(compiled) / len(results),
+        "valid_accepted": sum(r.valid_accepted for r in compiled),
+        "valid_total": valid_total,
+        "invalid_rejected": sum(r.invalid_rejected for r in compiled),
+        "invalid_total": invalid_total,
+        "schemas_in_full_agreement": sum(
+            r.valid_accepted == r.valid_total and r.invalid_rejected == r.invalid_total for r in compiled
+        ),
+        "mask_us": {
+            "tokens": len(masks),
+            "mean": statistics.fmean(masks) if masks else float("nan"),
+            "p50": percentile(masks, 50),
+            "p99": percentile(masks, 99),
+            "max": max(masks, default=float("nan")),
+        },
+        "compile_ms": {
+            "mean": statistics.fmean(compile_ms),
+            "p50": percentile(compile_ms, 50),
+            "p99": percentile(compile_ms, 99),
+            "max": max(compile_ms),
+        },
+        "not_compiled": {r.name: r.error for r in results if not r.compiled},
+        "disagreements": {
+            r.name: {
+                "valid_rejected": r.valid_total - r.valid_accepted,
+                "invalid_accepted": r.invalid_total - r.invalid_rejected,
+            }
+            for r in compiled
+            if r.valid_accepted != r.valid_total or r.invalid_rejected != r.invalid_total
+        },
+    }
+
+
+def smol_tokenizer() -> LLTokenizer:
+    import llguidance.hf
+    from transformers import AutoTokenizer
+
+    from backend.model_loader import checkpoint_path
+    from llgtriton.settings import EngineSettings
+
+    hf: Any = AutoTokenizer.from_pretrained(checkpoint_path(EngineSettings()))
+    return llguidance.hf.from_tokenizer(hf, n_vocab=len(hf), eos_token=hf.eos_token_id)
+
+
+async def generate_sample(base_url: str, schemas: list[tuple[str, dict[str, Any]]], concurrency: int) -> dict[str, Any]:
+    """Ask the model for an instance of each schema through the OpenAI API and validate it."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=1800)
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+        prompt = "Write one JSON value that matches this JSON schema:\n" + json.dumps(schema)[:3000]
+        async with limit:
+            response = await client.chat.completions.create(
+                model="SmolLM2-135M-Instruct",
+                messages=[{"role": "user", "content": prompt}],
+                temperature=0,
+                max_tokens=1024,
+                response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+            )
+        text = response.choices[0].message.content or ""
+        finish = response.choices[0].finish_reason
+        try:
+            jsonschema.validators.validator_for(schema)(schema).validate(json.loads(text))
+            valid, problem = True, ""
+        except (json.JSONDecodeError, jsonschema.ValidationError) as exc:
+            valid, problem = False, str(exc)[:200]
+        return {
+            "name": name,
+            "finish": finish,
+            "valid": valid,
+            "problem": problem,
+            "tokens": response.usage.completion_tokens if response.usage else 0,
+        }
+
+    try:
+        outcomes = await asyncio.gather(*(one(name, entry["schema"]) for name, entry in schemas))
+    finally:
+        await client.close()
+    finished = [o for o in outcomes if o["finish"] == "stop"]
+    return {
+        "sent": len(outcomes),
+        "finished": len(finished),
+        "finished_valid": sum(o["valid"] for o in finished),
+        "cut_by_max_tokens": len(outcomes) - len(finished),
+        "invalid_finished": [o for o in finished if not o["valid"]],
+        "outcomes": outcomes,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="JSONSchemaBench folder")
+    parser.add_argument("--out", type=Path, default=Path("docs/results"), help="where to write the JSON report")
+    parser.add_argument("--server", help="OpenAI base URL of a running llgtriton; generate a sample through it")
+    parser.add_argument("--sample", type=int, default=40, help="schemas to generate for (every n-th compiled one)")
+    parser.add_argument("--concurrency", type=int, default=8)
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    schemas = load_schemas(arguments.data)
+    tokenizer = smol_tokenizer()
+    results = []
+    for index, (name, entry) in enumerate(schemas):
+        results.append(check_schema(name, entry, tokenizer))
+        if index % 50 == 0:
+            logger.info("%d/%d schemas", index, len(schemas))
+    report: dict[str, Any] = {"conformance": summarize(results)}
+    if arguments.server:
+        compiled = [(n, e) for (n, e), r in zip(schemas, results, strict=True) if r.compiled]
+        step = max(1, len(compiled) // arguments.sample)
+        report["generation"] = asyncio.run(
+            generate_sample(arguments.server, compiled[::step][: arguments.sample], arguments.concurrency)
+        )
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    path = arguments.out / ("jsonschemabench_generation.json" if arguments.server else "jsonschemabench.json")
+    path.write_text(json.dumps(report, indent=2))
+    summary = {k: v for k, v in report["conformance"].items() if k not in ("not_compiled", "disagreements")}
+    logger.info("%s", json.dumps(summary, indent=2))
+    if "generation" in report:
+        logger.info("%s", json.dumps({k: v for k, v in report["generation"].items() if k != "outcomes"}, indent=2))
+    logger.info("report: %s", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""Structured output through the real path: openai SDK → proxy → Triton → llguidance → SmolLM2."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+
+from tests.conftest import RunningServer
+from tests.e2e.test_triton_grpc import run_stream, tensor, text_of
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "SmolLM2-135M-Instruct"
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+ASK_PERSON: list[Any] = [{"role": "user", "content": "Give me JSON for a person named Ann who is 31."}]
+WEATHER_TOOL: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME_TOOL: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
+    },
+}
+ASK_WEATHER: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def client(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_json_schema_is_enforced_strict_or_not(client: openai.OpenAI, strict: bool) -> None:
+    response = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK_PERSON,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": strict}},
+    )
+    jsonschema.validate(json.loads(response.choices[0].message.content or ""), PERSON)
+    assert response.choices[0].finish_reason == "stop"
+
+
+def test_json_schema_streamed(client: openai.OpenAI) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=ASK_PERSON,
+            temperature=0.8,
+            seed=3,
+            stream=True,
+            response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    jsonschema.validate(json.loads(text), PERSON)
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_json_object(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Describe a cat as JSON"}],
+        temperature=0,
+        max_tokens=300,
+        response_format={"type": "json_object"},
+    )
+    assert isinstance(json.loads(response.choices[0].message.content or ""), dict)
+
+
+@pytest.mark.parametrize(
+    ("structured", "check"),
+    [
+        ({"regex": r"\d{3}-\d{4}"}, lambda text: re.fullmatch(r"\d{3}-\d{4}", text)),
+        ({"choice": ["yes", "no"]}, lambda text: text in ("yes", "no")),
+        (
+            {"grammar": 'start: "The answer is " NUMBER "."\nNUMBER: /[0-9]+/'},
+            lambda t: re.fullmatch(r"The answer is \d+\.", t),
+        ),
+        ({"json": PERSON}, lambda text: jsonschema.validate(json.loads(text), PERSON) is None),
+    ],
+)
+def test_structured_outputs_extension(client: openai.OpenAI, structured: dict[str, Any], check: Any) -> None:
+    response = client.chat.completions.create(
+        model=MODEL, messages=ASK_PERSON, temperature=0, extra_body={"structured_outputs": structured}
+    )
+    assert check(response.choices[0].message.content), response.choices[0].message.content
+
+
+def test_completions_take_constraints_too(client: openai.OpenAI) -> None:
+    response = client.completions.create(
+        model=MODEL, prompt="My phone number is", temperature=0, extra_body={"guided_regex": r" \d{3}-\d{4}"}
+    )
+    assert re.fullmatch(r" \d{3}-\d{4}", response.choices[0].text)
+
+
+def test_named_tool_call(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK_WEATHER,
+        temperature=0,
+        tools=[WEATHER_TOOL, TIME_TOOL],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    (call,) = choice.message.tool_calls or []
+    assert call.type == "function" and call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+
+
+def test_required_tool_calls_streamed_match_whole(client: openai.OpenAI) -> None:
+    kwargs: dict[str, Any] = {
+        "model": MODEL,
+        "messages": ASK_WEATHER,
+        "temperature": 0,
+        "tools": [WEATHER_TOOL, TIME_TOOL],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+    }
+    whole = client.chat.completions.create(**kwargs)
+    calls = whole.choices[0].message.tool_calls or []
+    assert len(calls) == 1 and whole.choices[0].finish_reason == "tool_calls"
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER_TOOL, TIME_TOOL)}
+    jsonschema.validate(json.loads(calls[0].function.arguments), schemas[calls[0].function.name])
+
+    chunks = list(client.chat.completions.create(stream=True, **kwargs))
+    streamed: dict[int, dict[str, str]] = {}
+    for chunk in chunks:
+        for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            entry = streamed.setdefault(delta.index, {"name": "", "arguments": ""})
+            entry["name"] += (delta.function.name or "") if delta.function else ""
+            entry["arguments"] += (delta.function.arguments or "") if delta.function else ""
+    assert [(c["name"], json.loads(c["arguments"])) for c in streamed.values()] == [
+        (c.function.name, json.loads(c.function.arguments)) for c in calls
+    ]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_auto_tool_choice_gives_text_or_valid_calls(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model=MODEL, messages=ASK_WEATHER, temperature=0, max_tokens=200, tools=[WEATHER_TOOL]
+    )
+    message = response.choices[0].message
+    if message.tool_calls:
+        assert response.choices[0].finish_reason == "tool_calls"
+        for call in message.tool_calls:
+            assert call.type == "function"
+            jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+    else:
+        assert message.content and not message.content.startswith("<tool_call>")
+
+
+def test_bad_constraints_are_400s_naming_the_problem(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="regex"):
+        client.chat.completions.create(
+            model=MODEL, messages=ASK_PERSON, extra_body={"structured_outputs": {"regex": "[unclosed"}}
+        )
+    with pytest.raises(openai.BadRequestError, match="unknown name"):
+        client.chat.completions.create(
+            model=MODEL, messages=ASK_PERSON, extra_body={"structured_outputs": {"grammar": "start: nope"}}
+        )
+    assert client.chat.completions.create(model=MODEL, messages=ASK_PERSON, max_tokens=2).choices
+
+
+def test_triton_clients_use_guided_decoding_tensors(server: RunningServer) -> None:
+    received = run_stream(
+        server,
+        [
+            tensor("text_input", b"Ann is 31 years old. As JSON:", "BYTES"),
+            tensor("max_tokens", 60, "INT32"),
+            tensor("temperature", 0.0, "FP32"),
+            tensor("guided_decoding_guide_type", b"json_schema", "BYTES"),
+            tensor("guided_decoding_guide", json.dumps(PERSON).encode(), "BYTES"),
+        ],
+    )
+    (result, error), *_ = received
+    assert error is None
+    jsonschema.validate(json.loads(text_of(result)), PERSON)
+
+
+def test_triton_backend_refuses_a_bad_guide(server: RunningServer) -> None:
+    received = run_stream(
+        server,
+        [
+            tensor("text_input", b"x", "BYTES"),
+            tensor("guided_decoding_guide_type", b"regex", "BYTES"),
+            tensor("guided_decoding_guide", b"[unclosed", "BYTES"),
+        ],
+    )
+    (_, error), *_ = received
+    assert error is not None and "regex" in str(error)

@@ -1,0 +1,196 @@
+"""llguidance through the logits post-processor, with the real model and the step scheduler."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import pytest
+import torch
+
+from backend.chat_template import ChatTemplate
+from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.errors import InvalidRequest
+from backend.requests import EngineRequest, SamplingParams
+from backend.scheduler import Scheduler
+from backend.torch_engine import TorchEngine
+from llgtriton.guides import grammar_for
+from llgtriton.wire import ChatMessage, FinishReason, GuideType
+from tests.test_scheduler import RecordingSink
+
+GREEDY = SamplingParams(temperature=0.0)
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def guidance(loaded_model: Any) -> tuple[GuidanceLogitsProcessor, GrammarCache]:
+    processor = GuidanceLogitsProcessor.for_tokenizer(
+        loaded_model.tokenizer, loaded_model.model.config.vocab_size, loaded_model.eos_token_ids, 4
+    )
+    return processor, GrammarCache(processor.tokenizer)
+
+
+@pytest.fixture
+def scheduler(loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache]) -> Iterator[Scheduler]:
+    engine = TorchEngine(loaded_model.model, torch.device("cpu"))
+    running = Scheduler(
+        engine,
+        loaded_model.tokenizer,
+        loaded_model.eos_token_ids,
+        max_batch_size=4,
+        max_model_len=1024,
+        guidance=guidance,
+    )
+    running.start()
+    yield running
+    running.shutdown()
+
+
+def chat(loaded_model: Any, text: str) -> tuple[int, ...]:
+    return tuple(ChatTemplate(loaded_model.tokenizer).render([ChatMessage("user", text)]))
+
+
+def generate(scheduler: Scheduler, *requests: EngineRequest) -> list[RecordingSink]:
+    sinks = [RecordingSink() for _ in requests]
+    for request, sink in zip(requests, sinks, strict=True):
+        scheduler.submit(request, sink)
+    for sink in sinks:
+        sink.wait()
+    return sinks
+
+
+def constrained(
+    prompt: tuple[int, ...], guide_type: GuideType, guide: str | None, max_tokens: int = 120
+) -> EngineRequest:
+    return EngineRequest("c", prompt, max_tokens, GREEDY, grammar=grammar_for(guide_type, guide))
+
+
+def test_llguidance_ends_sequences_with_the_engines_eos(
+    loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache]
+) -> None:
+    assert set(guidance[0].tokenizer.eos_tokens) == set(loaded_model.eos_token_ids)
+    assert guidance[0].tokenizer.vocab_size == loaded_model.model.config.vocab_size
+
+
+def test_any_json_object(scheduler: Scheduler, loaded_model: Any) -> None:
+    (sink,) = generate(scheduler, constrained(chat(loaded_model, "Describe a cat as JSON"), GuideType.JSON, None))
+    assert isinstance(json.loads(sink.text), dict)
+    assert sink.outputs[-1].finish_reason == FinishReason.STOP
+
+
+def test_json_schema_output_validates(scheduler: Scheduler, loaded_model: Any) -> None:
+    prompt = chat(loaded_model, "Give me JSON for a person named Ann aged 31.")
+    (sink,) = generate(scheduler, constrained(prompt, GuideType.JSON_SCHEMA, json.dumps(PERSON)))
+    assert sink.error is None
+    jsonschema.validate(json.loads(sink.text), PERSON)
+    assert sink.outputs[-1].finish_reason == FinishReason.STOP
+
+
+ANSWER = {
+    "type": "object",
+    "properties": {"answer": {"type": "integer"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+SENTENCE = 'start: "The answer is " NUMBER "."\nNUMBER: /[0-9]+/'
+
+
+def _matches(pattern: str) -> Any:
+    return lambda text: re.fullmatch(pattern, text) is not None
+
+
+def _one_of(*choices: str) -> Any:
+    return lambda text: text in choices
+
+
+def _answer(text: str) -> bool:
+    return isinstance(json.loads(text)["answer"], int)
+
+
+@pytest.mark.parametrize(
+    ("guide_type", "guide", "check"),
+    [
+        (GuideType.REGEX, r"\d{3}-\d{4}", _matches(r"\d{3}-\d{4}")),
+        (GuideType.CHOICE, json.dumps(["yes", "no"]), _one_of("yes", "no")),
+        (GuideType.JSON, json.dumps(ANSWER), _answer),
+        (GuideType.LARK, SENTENCE, _matches(r"The answer is [0-9]+\.")),
+        (GuideType.EBNF_GRAMMAR, 'root ::= "red" | "green" | "blue"', _one_of("red", "green", "blue")),
+    ],
+)
+def test_every_format_constrains_the_output(
+    scheduler: Scheduler, loaded_model: Any, guide_type: GuideType, guide: str | None, check: Any
+) -> None:
+    (sink,) = generate(
+        scheduler, constrained(chat(loaded_model, "Answer briefly: what is 6 times 7?"), guide_type, guide)
+    )
+    assert sink.error is None
+    assert check(sink.text), sink.text
+    assert sink.outputs[-1].finish_reason == FinishReason.STOP
+
+
+def test_max_tokens_inside_the_json_is_length_not_stop(scheduler: Scheduler, loaded_model: Any) -> None:
+    prompt = chat(loaded_model, "Give me JSON for a person named Ann aged 31.")
+    (sink,) = generate(scheduler, constrained(prompt, GuideType.JSON_SCHEMA, json.dumps(PERSON), max_tokens=4))
+    assert sink.outputs[-1].finish_reason == FinishReason.LENGTH
+    assert sink.outputs[-1].completion_tokens == 4
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(sink.text)
+
+
+def test_unconstrained_neighbours_are_not_affected(scheduler: Scheduler, loaded_model: Any) -> None:
+    free = EngineRequest("free", chat(loaded_model, "Name three colours."), 24, GREEDY)
+    (alone,) = generate(scheduler, free)
+    person = constrained(chat(loaded_model, "JSON for Bob, 40."), GuideType.JSON_SCHEMA, json.dumps(PERSON))
+    together, json_sink = generate(scheduler, free, person)
+    assert together.text == alone.text
+    jsonschema.validate(json.loads(json_sink.text), PERSON)
+
+
+def test_a_matcher_error_ends_only_its_own_request(scheduler: Scheduler, loaded_model: Any) -> None:
+    tokenizer = loaded_model.tokenizer
+    (letter,) = tokenizer.encode("x", add_special_tokens=False)
+
+    def force_letter(
+        req_id: int, logits: torch.Tensor, token_ids: list[list[int]], stream_ptr: int, client_id: int | None
+    ) -> None:
+        logits.fill_(0.0)  # undo the grammar's mask: the next token breaks the grammar
+        logits[..., letter] = 100.0
+
+    broken = EngineRequest(
+        "broken",
+        chat(loaded_model, "A number please"),
+        20,
+        GREEDY,
+        grammar=grammar_for(GuideType.REGEX, "[0-9]+"),
+        logits_processor=force_letter,
+    )
+    healthy = constrained(chat(loaded_model, "Give me JSON for Ann, 31."), GuideType.JSON_SCHEMA, json.dumps(PERSON))
+    failed, fine = generate(scheduler, broken, healthy)
+    assert failed.error is not None and "rejected a token" in str(failed.error)
+    assert fine.error is None
+    jsonschema.validate(json.loads(fine.text), PERSON)
+    assert scheduler.load == (0, 0)
+
+
+def test_grammars_are_compiled_once(guidance: tuple[GuidanceLogitsProcessor, GrammarCache]) -> None:
+    cache = GrammarCache(guidance[0].tokenizer)
+    grammar = grammar_for(GuideType.JSON_SCHEMA, json.dumps({"type": "array", "items": {"type": "number"}}))
+    first, second = cache.matcher(grammar), cache.matcher(grammar)
+    assert cache.compilations == 1
+    assert first is not second  # each request gets its own matcher state
+    assert first.consume_tokens(guidance[0].tokenizer.tokenize_str("[1")) and not second.is_error()
+
+
+def test_a_grammar_that_does_not_compile_is_an_invalid_request(
+    guidance: tuple[GuidanceLogitsProcessor, GrammarCache],
+) -> None:
+    with pytest.raises(InvalidRequest, match="unknown name"):
+        GrammarCache(guidance[0].tokenizer).matcher("start: missing_rule")

@@ -1,0 +1,335 @@
+"""llgtriton.guides: every constraint format compiles to an llguidance grammar, or fails with llguidance's message.
+
+The token-level checks run the grammars with a real llguidance tokenizer (the 262-token byte
+tokenizer), so they show what a constrained generation can and cannot produce.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import llguidance
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llguidance import LLMatcher
+
+from llgtriton.guides import (
+    ANY_JSON_OBJECT,
+    JSON_OPTIONS,
+    MAX_GUIDE_BYTES,
+    GuideError,
+    check_grammar,
+    choice_grammar,
+    grammar_for,
+    json_schema_grammar,
+)
+from llgtriton.wire import GuideType
+
+BYTE_TOKENIZER = llguidance.LLTokenizer("byte")
+
+
+def matcher(grammar: str) -> LLMatcher:
+    """A matcher for ``grammar`` over the byte tokenizer; the grammar must compile."""
+    built = LLMatcher(BYTE_TOKENIZER, grammar, log_level=0)
+    assert not built.is_error(), built.get_error()
+    return built
+
+
+def accepts(grammar: str, text: str) -> bool:
+    """Whether a generation constrained by ``grammar`` can produce exactly ``text`` and stop."""
+    built = matcher(grammar)
+    consumed = built.consume_tokens(BYTE_TOKENIZER.tokenize_str(text))
+    return consumed and not built.is_error() and built.is_accepting()
+
+
+def compiled(guide_type: GuideType, guide: str | None) -> str:
+    grammar = grammar_for(guide_type, guide)
+    check_grammar(grammar)
+    check_grammar(grammar, BYTE_TOKENIZER)
+    return grammar
+
+
+def guide_error(guide_type: GuideType, guide: str | None) -> str:
+    """The message of the GuideError that compiling ``guide`` raises."""
+    with pytest.raises(GuideError) as caught:
+        check_grammar(grammar_for(guide_type, guide))
+    message = str(caught.value)
+    assert message
+    return message
+
+
+def test_the_byte_tokenizer() -> None:
+    assert BYTE_TOKENIZER.vocab_size == 262
+    assert BYTE_TOKENIZER.eos_token == 261
+    assert BYTE_TOKENIZER.decode_str(BYTE_TOKENIZER.tokenize_str("{é}")) == "{é}"
+
+
+# Good input: every guide type compiles, and the grammar means what the guide says -------------
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+GOOD: list[tuple[GuideType, str | None, list[str], list[str]]] = [
+    (GuideType.JSON, None, ['{"a": 1}', "{}"], ["[]", "1", ""]),
+    (GuideType.JSON, "", ['{"a": [1, 2]}'], ['"x"']),
+    (GuideType.JSON, json.dumps(SCHEMA), ['{"name": "Ann", "age": 3}'], ['{"name": "Ann"}']),
+    (
+        GuideType.JSON_SCHEMA,
+        json.dumps(SCHEMA),
+        ['{"name": "Ann", "age": 3}', '{"name": "é\\"]}", "age": -40}'],
+        ['{"name": "Ann"}', '{"name": "Ann", "age": 3.5}', '{"name": "Ann", "age": 3, "x": 1}'],
+    ),
+    (GuideType.JSON_SCHEMA, '{"type": "string", "maxLength": 3}', ['"abc"', '""'], ['"abcd"', "abc"]),
+    (GuideType.REGEX, r"\d{3}-[a-z]+", ["123-abc", "000-z"], ["12-abc", "123-abc!", "123-", "x123-abc"]),
+    (GuideType.REGEX, "(yes|no)", ["yes", "no"], ["yesno", "y", "maybe"]),
+    (GuideType.EBNF_GRAMMAR, 'root ::= "yes" | "no" digit\ndigit ::= [0-9]', ["yes", "no7"], ["no", "yes7"]),
+    (GuideType.LARK, 'start: "a" b+\nb: "b"', ["ab", "abbb"], ["a", "b", "abc"]),
+    (GuideType.CHOICE, json.dumps(["yes", "no", 'a "quoted" \\ one', "é"]), ["yes", 'a "quoted" \\ one', "é"], []),
+]
+
+
+def test_every_guide_type_has_good_input() -> None:
+    assert {guide_type for guide_type, *_ in GOOD} == set(GuideType)
+
+
+@pytest.mark.parametrize(("guide_type", "guide", "accepted", "rejected"), GOOD)
+def test_good_input_compiles_and_constrains(
+    guide_type: GuideType, guide: str | None, accepted: list[str], rejected: list[str]
+) -> None:
+    grammar = compiled(guide_type, guide)
+    for text in accepted:
+        assert accepts(grammar, text), text
+    for text in rejected:
+        assert not accepts(grammar, text), text
+
+
+def test_regex_is_a_full_match() -> None:
+    grammar = compiled(GuideType.REGEX, "[a-c]+")
+    assert accepts(grammar, "abcabc")
+    assert not accepts(grammar, "abcd")
+    assert not accepts(grammar, " abc")
+    assert not accepts(grammar, "")
+
+
+def test_regex_prefix_is_not_accepting_but_can_continue() -> None:
+    built = matcher(compiled(GuideType.REGEX, r"\d{3}"))
+    assert built.consume_tokens(BYTE_TOKENIZER.tokenize_str("12"))
+    assert not built.is_accepting()
+    assert built.consume_tokens(BYTE_TOKENIZER.tokenize_str("3"))
+    assert built.is_accepting()
+
+
+def test_choice_accepts_exactly_the_listed_strings() -> None:
+    choices = ["red", "green", "greenish", "<b>", "a\nb", "日本"]
+    grammar = compiled(GuideType.CHOICE, json.dumps(choices))
+    for choice in choices:
+        assert accepts(grammar, choice), choice
+    for other in ["", "re", "gree", "redgreen", "red ", "Red", "greenishh", "<b", "a\\nb", "日"]:
+        assert not accepts(grammar, other), other
+
+
+def test_choice_grammar_quotes_each_choice() -> None:
+    assert choice_grammar(["a", 'b"c']) == 'start: "a" | "b\\"c"'
+
+
+# JSON: exactly ", " and ": " and no other whitespace -----------------------------------------
+
+
+def test_json_options_are_the_compact_python_style() -> None:
+    assert JSON_OPTIONS == {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+@pytest.mark.parametrize("guide_type", [GuideType.JSON, GuideType.JSON_SCHEMA])
+def test_json_output_uses_exactly_the_python_separators(guide_type: GuideType) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}},
+    }
+    grammar = compiled(guide_type, json.dumps(schema))
+    assert accepts(grammar, '{"a": 1, "b": [1, 2]}')
+    assert accepts(grammar, json.dumps({"a": 1, "b": [1, 2]}))
+    for text in [
+        '{"a":1}',
+        '{ "a": 1}',
+        '{"a": 1 }',
+        '{"a" : 1}',
+        '{"a":  1}',
+        '{"a": 1,"b": [1, 2]}',
+        '{"a": 1, "b": [1,2]}',
+        '{"a": 1, "b": [ 1, 2]}',
+        '{"a": 1}\n',
+        '\n{"a": 1}',
+        '{\n"a": 1}',
+        '{"a":\n1}',
+        '{"a":\t1}',
+        json.dumps({"a": 1, "b": [1, 2]}, indent=2),
+        json.dumps({"a": 1, "b": [1, 2]}, separators=(",", ":")),
+    ]:
+        assert not accepts(grammar, text), text
+
+
+@pytest.mark.parametrize("guide", [None, ""])
+def test_json_without_a_guide_is_any_json_object(guide: str | None) -> None:
+    grammar = compiled(GuideType.JSON, guide)
+    assert grammar == json_schema_grammar(ANY_JSON_OBJECT)
+    for text in ["{}", '{"a": 1}', '{"a": [1, {"b": null}], "c": "x", "d": true, "e": -1.5e+10}', '{"": {}}']:
+        assert accepts(grammar, text), text
+    for text in ["[]", "[{}]", "1", '"x"', "null", "true", "", "{", '{"a": }', '{"a": 1}{}']:
+        assert not accepts(grammar, text), text
+
+
+# llguidance's JSON strings hold DEL only \u-escaped, which json.dumps never writes.
+TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x7f"), max_size=8)
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(TEXT, children, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(TEXT, JSON_VALUES, max_size=4))
+def test_any_object_written_by_json_dumps_is_accepted(value: dict[str, Any]) -> None:
+    # llguidance writes non-ASCII characters raw (a \\u escape only for control characters), as
+    # json.dumps does with ensure_ascii=False.
+    grammar = json_schema_grammar(ANY_JSON_OBJECT)
+    assert accepts(grammar, json.dumps(value, ensure_ascii=False))
+
+
+# Boolean schemas ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("schema", [True, "true"])
+def test_true_schema_accepts_any_json(schema: bool | str) -> None:
+    grammar = json_schema_grammar(True) if schema is True else compiled(GuideType.JSON_SCHEMA, "true")
+    check_grammar(grammar)
+    for text in ["1", '"x"', "null", "[1, {}]", '{"a": [true]}']:
+        assert accepts(grammar, text), text
+    assert not accepts(grammar, "[1,2]")
+
+
+def test_false_schema_is_refused() -> None:
+    # Nothing satisfies a false schema, so no generation could follow it.
+    with pytest.raises(GuideError):
+        check_grammar(json_schema_grammar(False))
+    guide_error(GuideType.JSON_SCHEMA, "false")
+
+
+# Bad input: GuideError with llguidance's message --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("regex", "problem"),
+    [
+        ("(abc", "unclosed group"),
+        ("[a-", "unclosed character class"),
+        ("a{2,1}", "invalid repetition count range"),
+        ("x{", "repetition"),
+    ],
+)
+def test_invalid_regex_names_the_problem(regex: str, problem: str) -> None:
+    message = guide_error(GuideType.REGEX, regex)
+    assert "invalid regex" in message
+    assert regex in message
+    assert problem in message
+
+
+def test_unknown_lark_rule() -> None:
+    message = guide_error(GuideType.LARK, "start: greeting")
+    assert 'unknown name: "greeting"' in message
+
+
+@pytest.mark.parametrize("lark", ['start: "a', "start", 'root ::= "a"', "start: /[/"])
+def test_invalid_lark(lark: str) -> None:
+    guide_error(GuideType.LARK, lark)
+
+
+def test_invalid_ebnf() -> None:
+    assert "invalid EBNF grammar" in guide_error(GuideType.EBNF_GRAMMAR, "root ::= (")
+
+
+@pytest.mark.parametrize("guide_type", [GuideType.JSON, GuideType.JSON_SCHEMA])
+@pytest.mark.parametrize("guide", ["{not json", "{'type': 'object'}", '{"type": "object"', "nope"])
+def test_json_schema_that_is_not_json(guide_type: GuideType, guide: str) -> None:
+    message = guide_error(guide_type, guide)
+    assert "the JSON schema is not valid JSON" in message
+
+
+@pytest.mark.parametrize("guide", ["[1]", '"object"', "3", "null"])
+def test_json_schema_that_is_neither_an_object_nor_a_boolean(guide: str) -> None:
+    assert "must be an object or a boolean" in guide_error(GuideType.JSON_SCHEMA, guide)
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        ({"type": "foo"}, "Invalid type: foo"),
+        ({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}, "/nowhere"),
+        ({"type": "object", "not": {"type": "string"}}, "Unimplemented keys"),
+    ],
+)
+def test_unsupported_json_schema_has_llguidance_message(schema: dict[str, Any], problem: str) -> None:
+    assert problem in guide_error(GuideType.JSON_SCHEMA, json.dumps(schema))
+
+
+@pytest.mark.parametrize("guide", ['"yes"', "[1, 2]", '["a", 2]', "[]", '{"a": "b"}', "[null]", "[[]]"])
+def test_choice_that_is_not_a_list_of_strings(guide: str) -> None:
+    assert guide_error(GuideType.CHOICE, guide) == "a choice constraint is a non-empty list of strings"
+
+
+def test_choice_that_is_not_json() -> None:
+    assert "the choice list is not valid JSON" in guide_error(GuideType.CHOICE, "[yes, no]")
+
+
+@pytest.mark.parametrize(
+    "guide_type", [GuideType.REGEX, GuideType.JSON_SCHEMA, GuideType.LARK, GuideType.EBNF_GRAMMAR, GuideType.CHOICE]
+)
+@pytest.mark.parametrize("guide", [None, ""])
+def test_empty_guide(guide_type: GuideType, guide: str | None) -> None:
+    assert guide_error(guide_type, guide) == f"guide type {guide_type.value!r} needs a guide"
+
+
+def test_guide_at_the_size_limit_is_accepted() -> None:
+    schema = '{"type": "object"}'
+    guide = schema + " " * (MAX_GUIDE_BYTES - len(schema))
+    assert len(guide.encode()) == MAX_GUIDE_BYTES
+    compiled(GuideType.JSON_SCHEMA, guide)
+
+
+@pytest.mark.parametrize("guide_type", list(GuideType))
+def test_guide_over_the_size_limit(guide_type: GuideType) -> None:
+    guide = "a" * (MAX_GUIDE_BYTES + 1)
+    message = guide_error(guide_type, guide)
+    assert message == f"the constraint is {MAX_GUIDE_BYTES + 1} bytes; the limit is {MAX_GUIDE_BYTES}"
+
+
+def test_guide_size_limit_counts_utf8_bytes() -> None:
+    guide = json.dumps(["é" * (MAX_GUIDE_BYTES // 2)], ensure_ascii=False)
+    assert len(guide) <= MAX_GUIDE_BYTES < len(guide.encode())
+    assert "bytes; the limit is" in guide_error(GuideType.CHOICE, guide)
+
+
+def test_check_grammar_reports_llguidance_message() -> None:
+    grammar = LLMatcher.grammar_from_regex("(")
+    is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar)
+    assert is_error
+    with pytest.raises(GuideError) as caught:
+        check_grammar(grammar)
+    assert str(caught.value) == "; ".join(m.strip() for m in messages)
+
+
+def test_guide_error_is_a_value_error() -> None:
+    assert issubclass(GuideError, ValueError)

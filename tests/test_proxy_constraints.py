@@ -1,0 +1,703 @@
+"""Constraints and tools through the app, in-process: OpenAI fields -> guide type and guide, outputs -> tool_calls.
+
+A scripted client stands in for Triton (see tests/test_proxy_app.py), so these tests show what
+the proxy sends and how it frames what comes back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai.types.chat import ChatCompletionChunk as SdkChatCompletionChunk
+from openai.types.chat import ChatCompletionMessageToolCall
+from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+
+from llgtriton import wire
+from llgtriton.wire import GuideType
+from proxy.tools import TOOL_CALL_MARKER
+from tests.test_proxy_app import (
+    BASE_URL,
+    MODEL,
+    USER,
+    ScriptedClient,
+    _app,
+    _assert_error,
+    _chat,
+    _completion,
+    _events,
+    _http,
+)
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+PATHS = [CHAT, COMPLETIONS]
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name"],
+}
+WEATHER_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "function": {"name": "get_weather", "description": "The weather in a city", "parameters": WEATHER_PARAMETERS},
+}
+TIME: dict[str, Any] = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}},
+}
+TOOLS = [WEATHER, TIME]
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+PARIS_ARGUMENTS = '{"city": "Paris"}'
+TWO_CALLS = (
+    '[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": {"tz": "UTC"}}]'
+)
+
+
+@pytest.fixture
+def client() -> ScriptedClient:
+    return ScriptedClient()
+
+
+@pytest.fixture
+async def http(client: ScriptedClient) -> AsyncIterator[httpx.AsyncClient]:
+    async with _http(_app(client)) as http_client:
+        yield http_client
+
+
+@pytest.fixture
+async def sdk(client: ScriptedClient) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(
+        base_url=f"{BASE_URL}/v1",
+        api_key="x",
+        max_retries=0,
+        http_client=_http(_app(client)),  # type: ignore[arg-type]
+    ) as sdk_client:
+        yield sdk_client
+
+
+def _body(path: str, **fields: Any) -> dict[str, Any]:
+    return _chat(**fields) if path == CHAT else _completion(**fields)
+
+
+def _outputs(*texts: str, reason: wire.FinishReason = wire.FinishReason.STOP) -> list[wire.GenerationOutput]:
+    """A scripted generation: one output per text, the last one finishing with ``reason``."""
+    outputs = [wire.GenerationOutput(text) for text in texts[:-1]]
+    outputs.append(wire.GenerationOutput(texts[-1], reason, prompt_tokens=5, completion_tokens=len(texts)))
+    return outputs
+
+
+async def _constraint(
+    http: httpx.AsyncClient, client: ScriptedClient, path: str, **fields: Any
+) -> wire.GenerationRequest:
+    response = await http.post(path, json=_body(path, **fields))
+    assert response.status_code == 200, response.text
+    assert len(client.requests) == 1
+    return client.requests[0]
+
+
+# Constraint fields -> guide type and guide --------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_json_object_is_json_without_a_guide(http: httpx.AsyncClient, client: ScriptedClient, path: str) -> None:
+    request = await _constraint(http, client, path, response_format={"type": "json_object"})
+    assert (request.guide_type, request.guide) == (GuideType.JSON, None)
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_text_response_format_is_no_constraint(
+    http: httpx.AsyncClient, client: ScriptedClient, path: str
+) -> None:
+    request = await _constraint(http, client, path, response_format={"type": "text"})
+    assert (request.guide_type, request.guide) == (None, None)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("strict", [True, False, None])
+async def test_json_schema_is_enforced_strict_or_not(
+    http: httpx.AsyncClient, client: ScriptedClient, path: str, strict: bool | None
+) -> None:
+    spec: dict[str, Any] = {"name": "person", "schema": SCHEMA}
+    if strict is not None:
+        spec["strict"] = strict
+    request = await _constraint(http, client, path, response_format={"type": "json_schema", "json_schema": spec})
+    assert request.guide_type is GuideType.JSON_SCHEMA
+    assert request.guide is not None
+    assert json.loads(request.guide) == SCHEMA
+
+
+async def test_json_schema_true(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    fields = {"response_format": {"type": "json_schema", "json_schema": {"name": "any", "schema": True}}}
+    request = await _constraint(http, client, CHAT, **fields)
+    assert (request.guide_type, request.guide) == (GuideType.JSON_SCHEMA, "true")
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(
+    "response_format",
+    [
+        {"type": "json_schema"},
+        {"type": "json_schema", "json_schema": {"name": "person"}},
+        {"type": "json_schema", "json_schema": {"name": "person", "schema": None, "strict": True}},
+    ],
+)
+async def test_json_schema_without_a_schema_is_a_400(
+    http: httpx.AsyncClient, client: ScriptedClient, path: str, response_format: dict[str, Any]
+) -> None:
+    response = await http.post(path, json=_body(path, response_format=response_format))
+    _assert_error(response, 400, "invalid_request_error", param="response_format")
+    assert client.requests == []
+
+
+STRUCTURED: list[tuple[dict[str, Any], GuideType, str]] = [
+    ({"json": SCHEMA}, GuideType.JSON_SCHEMA, json.dumps(SCHEMA)),
+    ({"json": json.dumps(SCHEMA)}, GuideType.JSON_SCHEMA, json.dumps(SCHEMA)),
+    ({"regex": r"\d{3}"}, GuideType.REGEX, r"\d{3}"),
+    ({"choice": ["yes", "no"]}, GuideType.CHOICE, '["yes", "no"]'),
+    ({"grammar": 'start: "a" | "b"'}, GuideType.LARK, 'start: "a" | "b"'),
+]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(("outputs", "guide_type", "guide"), STRUCTURED)
+async def test_structured_outputs(
+    *,
+    http: httpx.AsyncClient,
+    client: ScriptedClient,
+    path: str,
+    outputs: dict[str, Any],
+    guide_type: GuideType,
+    guide: str,
+) -> None:
+    request = await _constraint(http, client, path, structured_outputs=outputs)
+    assert (request.guide_type, request.guide) == (guide_type, guide)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(("outputs", "guide_type", "guide"), STRUCTURED)
+async def test_guided_fields(
+    *,
+    http: httpx.AsyncClient,
+    client: ScriptedClient,
+    path: str,
+    outputs: dict[str, Any],
+    guide_type: GuideType,
+    guide: str,
+) -> None:
+    ((key, value),) = outputs.items()
+    request = await _constraint(http, client, path, **{f"guided_{key}": value})
+    assert (request.guide_type, request.guide) == (guide_type, guide)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a+"}},
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}, "guided_regex": "a+"},
+        {"structured_outputs": {"regex": "a+"}, "guided_choice": ["a"]},
+        {"structured_outputs": {"regex": "a+", "choice": ["a"]}},
+        {"guided_regex": "a+", "guided_json": SCHEMA},
+        {"structured_outputs": {}},
+    ],
+)
+async def test_two_constraints_at_once_is_a_400(
+    http: httpx.AsyncClient, client: ScriptedClient, path: str, fields: dict[str, Any]
+) -> None:
+    error = _assert_error(await http.post(path, json=_body(path, **fields)), 400, "invalid_request_error")
+    assert error["param"]
+    assert client.requests == []
+
+
+@pytest.mark.parametrize("tool_choice", ["required", "auto", NAMED])
+async def test_tools_and_a_constraint_at_once_is_a_400(
+    http: httpx.AsyncClient, client: ScriptedClient, tool_choice: Any
+) -> None:
+    body = _chat(tools=TOOLS, tool_choice=tool_choice, response_format={"type": "json_object"})
+    error = _assert_error(await http.post(CHAT, json=body), 400, "invalid_request_error", param="tools")
+    assert "one constraint per request" in error["message"]
+    assert client.requests == []
+
+
+async def test_tool_choice_none_leaves_room_for_a_constraint(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    request = await _constraint(
+        http, client, CHAT, tools=TOOLS, tool_choice="none", response_format={"type": "json_object"}
+    )
+    assert (request.guide_type, request.guide) == (GuideType.JSON, None)
+    assert request.messages == (wire.ChatMessage("user", "Say hello"),)
+
+
+INVALID: list[tuple[dict[str, Any], str, str]] = [
+    ({"structured_outputs": {"regex": "(abc"}}, "structured_outputs.regex", "unclosed group"),
+    ({"guided_regex": "a{2,1}"}, "", "invalid repetition count range"),
+    ({"structured_outputs": {"grammar": "start: greeting"}}, "structured_outputs.grammar", 'unknown name: "greeting"'),
+    ({"guided_grammar": 'start: "a'}, "", "lexer error"),
+    (
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "foo"}}}},
+        "response_format",
+        "Invalid type: foo",
+    ),
+    (
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {"type": "string"}}}}},
+        "response_format",
+        "Unimplemented keys",
+    ),
+    ({"structured_outputs": {"json": '{"type": "object"'}}, "structured_outputs.json", "not valid JSON"),
+    ({"guided_json": {"type": "object", "properties": {"a": {"$ref": "#/missing"}}}}, "", "/missing"),
+    ({"structured_outputs": {"choice": []}}, "structured_outputs.choice", "non-empty list of strings"),
+]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("fields", "param", "problem"), INVALID)
+async def test_invalid_constraint_is_a_400_with_llguidance_message(
+    *,
+    http: httpx.AsyncClient,
+    client: ScriptedClient,
+    path: str,
+    stream: bool,
+    fields: dict[str, Any],
+    param: str,
+    problem: str,
+) -> None:
+    response = await http.post(path, json=_body(path, stream=stream, **fields))
+    error = _assert_error(response, 400, "invalid_request_error", code="invalid_constraint")
+    assert problem in error["message"]
+    assert error["param"]
+    assert error["message"].startswith(f"invalid {error['param']}: ")
+    if param:
+        assert error["param"] == param
+    assert client.requests == []
+
+
+async def test_invalid_constraint_through_the_sdk(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await sdk.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}], extra_body={"guided_regex": "(abc"}
+        )
+    assert caught.value.code == "invalid_constraint"
+    assert "unclosed group" in caught.value.message
+    assert client.requests == []
+
+
+# Tools: what the backend is asked for -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "guide_type"),
+    [
+        (NAMED, GuideType.JSON_SCHEMA),
+        ("required", GuideType.JSON_SCHEMA),
+        ("auto", GuideType.LARK),
+        (None, GuideType.LARK),
+    ],
+)
+async def test_tools_describe_the_functions_in_a_first_system_message(
+    http: httpx.AsyncClient, client: ScriptedClient, tool_choice: Any, guide_type: GuideType
+) -> None:
+    fields: dict[str, Any] = {"tools": TOOLS}
+    if tool_choice is not None:
+        fields["tool_choice"] = tool_choice
+    request = await _constraint(http, client, CHAT, **fields)
+    assert request.guide_type is guide_type
+    assert request.messages is not None
+    system, user = request.messages
+    assert user == wire.ChatMessage("user", "Say hello")
+    assert system.role == "system"
+    assert "get_weather" in system.content
+    assert "The weather in a city" in system.content
+    assert ("get_time" in system.content) is (tool_choice != NAMED)
+    assert (TOOL_CALL_MARKER in system.content) is (guide_type is GuideType.LARK)
+    if tool_choice == NAMED:
+        assert request.guide is not None
+        assert json.loads(request.guide) == WEATHER_PARAMETERS
+
+
+@pytest.mark.parametrize("role", ["system", "developer"])
+@pytest.mark.parametrize("tool_choice", [NAMED, "required", "auto"])
+async def test_tool_instructions_merge_into_an_existing_system_message(
+    http: httpx.AsyncClient, client: ScriptedClient, role: str, tool_choice: Any
+) -> None:
+    messages = [{"role": role, "content": "Be brief."}, *USER]
+    request = await _constraint(http, client, CHAT, messages=messages, tools=TOOLS, tool_choice=tool_choice)
+    assert request.messages is not None
+    first, user = request.messages
+    assert first.role == role
+    assert first.content.startswith("You can call these functions:")
+    assert first.content.endswith("\n\nBe brief.")
+    assert "get_weather" in first.content
+    assert user == wire.ChatMessage("user", "Say hello")
+
+
+async def test_tool_calls_and_tool_results_in_the_request(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    messages = [
+        {"role": "user", "content": "Weather in Paris and the time in UTC?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": PARIS_ARGUMENTS}},
+                {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21°C"},
+        {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "12:00"}]},
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [{"function": {"name": "get_weather"}}]},
+    ]
+    request = await _constraint(http, client, CHAT, messages=messages, tools=TOOLS)
+    assert request.messages is not None
+    assert request.messages[0].role == "system"
+    assert request.messages[1:] == (
+        wire.ChatMessage("user", "Weather in Paris and the time in UTC?"),
+        wire.ChatMessage("assistant", TOOL_CALL_MARKER + TWO_CALLS),
+        wire.ChatMessage("tool", "sunny, 21°C"),
+        wire.ChatMessage("tool", "12:00"),
+        wire.ChatMessage(
+            "assistant", "Let me check." + TOOL_CALL_MARKER + '[{"name": "get_weather", "arguments": {}}]'
+        ),
+    )
+
+
+async def test_tool_messages_without_tools(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    messages = [
+        *USER,
+        {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "not json"}}]},
+        {"role": "tool", "tool_call_id": "x", "content": "done"},
+    ]
+    request = await _constraint(http, client, CHAT, messages=messages)
+    assert request.messages == (
+        wire.ChatMessage("user", "Say hello"),
+        wire.ChatMessage("assistant", TOOL_CALL_MARKER + '[{"name": "f", "arguments": "not json"}]'),
+        wire.ChatMessage("tool", "done"),
+    )
+    assert request.guide_type is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools.0.function.name"),
+        ({"tools": [WEATHER, WEATHER]}, "tools"),
+        ({"tools": [{"type": "retrieval"}]}, "tools.0"),
+    ],
+)
+async def test_bad_tools_are_a_400(
+    http: httpx.AsyncClient, client: ScriptedClient, fields: dict[str, Any], param: str
+) -> None:
+    _assert_error(await http.post(CHAT, json=_chat(**fields)), 400, "invalid_request_error", param=param)
+    assert client.requests == []
+
+
+@pytest.mark.parametrize("tool_choice", [NAMED, "required", "auto"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_unsupported_parameter_schema_is_an_invalid_constraint(
+    http: httpx.AsyncClient, client: ScriptedClient, tool_choice: Any, stream: bool
+) -> None:
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "foo"}}}
+    body = _chat(tools=[tool], tool_choice=tool_choice, stream=stream)
+    error = _assert_error(
+        await http.post(CHAT, json=body), 400, "invalid_request_error", code="invalid_constraint", param="tools"
+    )
+    assert "Invalid type: foo" in error["message"]
+    assert client.requests == []
+
+
+# Tools: the response ------------------------------------------------------------------------
+
+
+def _tool_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+    message = body["choices"][0]["message"]
+    assert message["role"] == "assistant"
+    calls: list[dict[str, Any]] = message["tool_calls"]
+    for call in calls:
+        assert set(call) == {"id", "type", "function"}
+        assert call["id"].startswith("call_")
+        assert call["type"] == "function"
+        assert set(call["function"]) == {"name", "arguments"}
+    assert len({call["id"] for call in calls}) == len(calls)
+    return calls
+
+
+def _names_and_arguments(calls: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(call["function"]["name"], call["function"]["arguments"]) for call in calls]
+
+
+async def test_named_tool_call_response(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    client.script(_outputs('{"city": ', '"Paris"}'))
+    body = (await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice=NAMED))).json()
+    assert body["choices"][0]["message"]["content"] is None
+    assert _names_and_arguments(_tool_calls(body)) == [("get_weather", PARIS_ARGUMENTS)]
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+
+
+@pytest.mark.parametrize(("tool_choice", "prefix"), [("required", ""), ("auto", TOOL_CALL_MARKER)])
+async def test_call_list_response(
+    http: httpx.AsyncClient, client: ScriptedClient, tool_choice: str, prefix: str
+) -> None:
+    text = prefix + TWO_CALLS
+    client.script(_outputs(text[:10], text[10:50], text[50:]))
+    body = (await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice=tool_choice))).json()
+    assert body["choices"][0]["message"]["content"] is None
+    assert _names_and_arguments(_tool_calls(body)) == [
+        ("get_weather", PARIS_ARGUMENTS),
+        ("get_time", '{"tz": "UTC"}'),
+    ]
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_named_call_cut_short_keeps_length(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    client.script(_outputs('{"city": ', '"Pa', reason=wire.FinishReason.LENGTH))
+    body = (await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice=NAMED, max_tokens=2))).json()
+    assert _names_and_arguments(_tool_calls(body)) == [("get_weather", '{"city": "Pa')]
+    assert body["choices"][0]["finish_reason"] == "length"
+
+
+async def test_call_list_cut_short_keeps_length_and_its_complete_calls(
+    http: httpx.AsyncClient, client: ScriptedClient
+) -> None:
+    text = TWO_CALLS[:-20]
+    client.script(_outputs(text, reason=wire.FinishReason.LENGTH))
+    body = (await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice="required"))).json()
+    assert body["choices"][0]["finish_reason"] == "length"
+    message = body["choices"][0]["message"]
+    assert message["content"] is None
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    client.script(_outputs(text[:30], text[30:], reason=wire.FinishReason.LENGTH))
+    streamed = await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice="required", stream=True))
+    content, calls, reasons = _reassemble(_events(streamed))
+    assert content == ""
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    assert reasons[-1] == "length"
+
+
+@pytest.mark.parametrize("cut", [len(TOOL_CALL_MARKER), len(TOOL_CALL_MARKER) + 12])
+async def test_auto_cut_short_before_any_call_is_content_streamed_or_not(
+    http: httpx.AsyncClient, client: ScriptedClient, cut: int
+) -> None:
+    text = (TOOL_CALL_MARKER + TWO_CALLS)[:cut]
+    client.script(_outputs(text, reason=wire.FinishReason.LENGTH))
+    body = (await http.post(CHAT, json=_chat(tools=TOOLS))).json()
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": text}
+    client.script(_outputs(text[:5], text[5:], reason=wire.FinishReason.LENGTH))
+    content, calls, reasons = _reassemble(_events(await http.post(CHAT, json=_chat(tools=TOOLS, stream=True))))
+    assert (content, calls, reasons[-1]) == (text, [], "length")
+
+
+@pytest.mark.parametrize("text", ["It is sunny in Paris.", "<b>bold</b>", "<tool", "a" + TOOL_CALL_MARKER + TWO_CALLS])
+async def test_auto_with_plain_text_is_content(http: httpx.AsyncClient, client: ScriptedClient, text: str) -> None:
+    client.script(_outputs(text[:3], text[3:]))
+    body = (await http.post(CHAT, json=_chat(tools=TOOLS))).json()
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": text}
+    assert body["choices"][0]["finish_reason"] == "stop"
+
+
+# Tools: streaming ---------------------------------------------------------------------------
+
+
+def _reassemble(events: list[Any]) -> tuple[str, list[dict[str, Any]], list[str | None]]:
+    """Content, tool calls (OpenAI's rule: arguments concatenate per index, id/name from the first delta) and
+    finish reasons of a chat stream."""
+    content = ""
+    calls: list[dict[str, Any]] = []
+    reasons: list[str | None] = []
+    for event in events:
+        assert event["object"] == "chat.completion.chunk"
+        choice = event["choices"][0]
+        reasons.append(choice["finish_reason"])
+        delta = choice["delta"]
+        content += delta.get("content") or ""
+        for call in delta.get("tool_calls") or []:
+            if call["index"] == len(calls):
+                calls.append(
+                    {
+                        "id": call["id"],
+                        "type": call["type"],
+                        "function": {"name": call["function"]["name"], "arguments": call["function"]["arguments"]},
+                    }
+                )
+            else:
+                assert call["index"] == len(calls) - 1
+                assert set(call) == {"index", "function"}
+                assert set(call["function"]) == {"arguments"}
+                calls[call["index"]]["function"]["arguments"] += call["function"]["arguments"]
+    return content, calls, reasons
+
+
+TOOL_STREAMS: list[tuple[Any, str]] = [
+    (NAMED, '{"city": "Paris"}'),
+    ("required", TWO_CALLS),
+    ("required", '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
+    ("auto", TOOL_CALL_MARKER + TWO_CALLS),
+]
+
+
+@pytest.mark.parametrize(("tool_choice", "text"), TOOL_STREAMS)
+@pytest.mark.parametrize("size", [1, 4, 1000])
+async def test_streamed_tool_calls_reassemble_to_the_whole_response(
+    http: httpx.AsyncClient, client: ScriptedClient, tool_choice: Any, text: str, size: int
+) -> None:
+    client.script(_outputs(*[text[start : start + size] for start in range(0, len(text), size)]))
+    body = _chat(tools=TOOLS, tool_choice=tool_choice)
+    whole = (await http.post(CHAT, json=body)).json()
+    events = _events(await http.post(CHAT, json={**body, "stream": True}))
+    content, calls, reasons = _reassemble(events)
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert content == ""
+    assert reasons == [None] * (len(events) - 1) + ["tool_calls"]
+    assert _names_and_arguments(calls) == _names_and_arguments(_tool_calls(whole))
+    assert all(call["id"].startswith("call_") and call["type"] == "function" for call in calls)
+    assert len({call["id"] for call in calls}) == len(calls)
+
+
+async def test_streamed_named_call_cut_short_keeps_length(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    client.script(_outputs('{"ci', 'ty": "Pa', reason=wire.FinishReason.LENGTH))
+    events = _events(await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice=NAMED, stream=True)))
+    _, calls, reasons = _reassemble(events)
+    assert _names_and_arguments(calls) == [("get_weather", '{"city": "Pa')]
+    assert reasons[-1] == "length"
+
+
+@pytest.mark.parametrize("text", ["It is sunny.", "<", "<tool", "<toolbox> time", "<b>hi</b>"])
+async def test_streamed_auto_plain_text(http: httpx.AsyncClient, client: ScriptedClient, text: str) -> None:
+    client.script(_outputs(*text))
+    events = _events(await http.post(CHAT, json=_chat(tools=TOOLS, stream=True)))
+    content, calls, reasons = _reassemble(events)
+    assert content == text
+    assert calls == []
+    assert reasons[-1] == "stop"
+    assert all("tool_calls" not in event["choices"][0]["delta"] for event in events)
+
+
+async def test_streamed_tool_calls_with_usage(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    client.script(_outputs(TWO_CALLS[:30], TWO_CALLS[30:]))
+    body = _chat(tools=TOOLS, tool_choice="required", stream=True, stream_options={"include_usage": True})
+    events = _events(await http.post(CHAT, json=body))
+    assert events[-1]["choices"] == []
+    assert events[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    _, calls, reasons = _reassemble(events[:-1])
+    assert [call["function"]["name"] for call in calls] == ["get_weather", "get_time"]
+    assert reasons[-1] == "tool_calls"
+
+
+# Tools: through the openai SDK --------------------------------------------------------------
+
+SDK_TOOLS: list[Any] = TOOLS
+
+
+async def test_sdk_parses_a_tool_call_response(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
+    client.script(_outputs(TWO_CALLS))
+    completion = await sdk.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "x"}], tools=SDK_TOOLS, tool_choice="required"
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    calls = choice.message.tool_calls
+    assert calls is not None
+    assert all(isinstance(call, ChatCompletionMessageToolCall) for call in calls)
+    parsed = [call for call in calls if isinstance(call, ChatCompletionMessageToolCall)]
+    assert [(call.type, call.function.name, call.function.arguments) for call in parsed] == [
+        ("function", "get_weather", PARIS_ARGUMENTS),
+        ("function", "get_time", '{"tz": "UTC"}'),
+    ]
+    assert all(call.id.startswith("call_") for call in parsed)
+
+
+async def test_sdk_parses_a_named_tool_call(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
+    client.script(_outputs(PARIS_ARGUMENTS))
+    completion = await sdk.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "x"}],
+        tools=SDK_TOOLS,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    calls = completion.choices[0].message.tool_calls
+    assert calls is not None
+    (call,) = calls
+    assert isinstance(call, ChatCompletionMessageToolCall)
+    assert (call.function.name, call.function.arguments) == ("get_weather", PARIS_ARGUMENTS)
+    assert completion.choices[0].finish_reason == "tool_calls"
+
+
+async def test_sdk_parses_a_streamed_tool_call_response(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
+    text = TOOL_CALL_MARKER + TWO_CALLS
+    client.script(_outputs(*[text[start : start + 7] for start in range(0, len(text), 7)]))
+    stream = await sdk.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "x"}], tools=SDK_TOOLS, stream=True
+    )
+    chunks = [chunk async for chunk in stream]
+    assert all(isinstance(chunk, SdkChatCompletionChunk) for chunk in chunks)
+    deltas = [call for chunk in chunks for call in chunk.choices[0].delta.tool_calls or []]
+    assert all(isinstance(delta, ChoiceDeltaToolCall) for delta in deltas)
+    arguments: dict[int, str] = {}
+    names: dict[int, str | None] = {}
+    for delta in deltas:
+        assert delta.function is not None
+        names.setdefault(delta.index, delta.function.name)
+        arguments[delta.index] = arguments.get(delta.index, "") + (delta.function.arguments or "")
+    assert names == {0: "get_weather", 1: "get_time"}
+    assert arguments == {0: PARIS_ARGUMENTS, 1: '{"tz": "UTC"}'}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+async def test_sdk_stream_helper_accumulates_the_tool_calls(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
+    client.script(_outputs('{"ci', 'ty": ', '"Paris"}'))
+    async with sdk.chat.completions.stream(
+        model=MODEL,
+        messages=[{"role": "user", "content": "x"}],
+        tools=SDK_TOOLS,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    ) as stream:
+        final = await stream.get_final_completion()
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls is not None
+    (call,) = choice.message.tool_calls
+    assert (call.function.name, call.function.arguments) == ("get_weather", PARIS_ARGUMENTS)
+    assert call.id.startswith("call_")
+
+
+async def test_sdk_sends_tool_messages(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
+    await sdk.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": PARIS_ARGUMENTS},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ],
+        tools=SDK_TOOLS,
+        tool_choice="none",
+    )
+    assert client.requests[0].messages == (
+        wire.ChatMessage("user", "Weather?"),
+        wire.ChatMessage("assistant", TOOL_CALL_MARKER + '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
+        wire.ChatMessage("tool", "sunny"),
+    )
+    assert client.requests[0].guide_type is None

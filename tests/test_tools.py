@@ -1,0 +1,527 @@
+"""proxy.tools: tool plans and their grammars, parsing finished outputs, and streaming tool calls."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llgtriton.guides import check_grammar, grammar_for
+from llgtriton.wire import GuideType
+from proxy.errors import InvalidRequestError
+from proxy.protocol import ChatDelta
+from proxy.tools import (
+    MAX_TOOLS,
+    TOOL_CALL_MARKER,
+    JsonArraySplitter,
+    ParsedCall,
+    ToolCallStream,
+    ToolMode,
+    ToolPlan,
+    parse_calls,
+    plan_tools,
+)
+from tests.test_guides import accepts
+
+WEATHER_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "function": {"name": "get_weather", "description": "The weather in a city", "parameters": WEATHER_PARAMETERS},
+}
+TIME: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"tz": {"type": "string"}},
+            "required": ["tz"],
+            "additionalProperties": False,
+        },
+    },
+}
+TOOLS = [WEATHER, TIME]
+NAMED_WEATHER = {"type": "function", "function": {"name": "get_weather"}}
+
+PARIS = '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
+TWO_CALLS = (
+    '[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": {"tz": "UTC"}}]'
+)
+
+
+def plan(tool_choice: Any, parallel: bool | None = None, tools: list[dict[str, Any]] | None = None) -> ToolPlan:
+    made = plan_tools(TOOLS if tools is None else tools, tool_choice, parallel)
+    assert made is not None
+    return made
+
+
+def grammar(made: ToolPlan) -> str:
+    """The plan's constraint as llguidance compiles it (as the proxy and the backend do)."""
+    compiled = grammar_for(made.guide_type, made.guide)
+    check_grammar(compiled)
+    return compiled
+
+
+def refused(tools: Any, tool_choice: Any = None, parallel: bool | None = None) -> InvalidRequestError:
+    with pytest.raises(InvalidRequestError) as caught:
+        plan_tools(tools, tool_choice, parallel)
+    assert caught.value.status == 400
+    assert caught.value.message
+    return caught.value
+
+
+# plan_tools ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tools", [None, []])
+@pytest.mark.parametrize("tool_choice", [None, "none", "auto"])
+def test_no_tools_no_plan(tools: list[dict[str, Any]] | None, tool_choice: str | None) -> None:
+    assert plan_tools(tools, tool_choice, None) is None
+    assert plan_tools(tools, tool_choice, False) is None
+
+
+@pytest.mark.parametrize("tools", [None, []])
+@pytest.mark.parametrize("tool_choice", ["required", NAMED_WEATHER])
+def test_tool_choice_without_tools_is_a_400(tools: list[dict[str, Any]] | None, tool_choice: Any) -> None:
+    assert refused(tools, tool_choice).param == "tool_choice"
+
+
+def test_tool_choice_none_means_no_plan() -> None:
+    assert plan_tools(TOOLS, "none", None) is None
+    assert plan_tools(TOOLS, "none", False) is None
+
+
+@pytest.mark.parametrize("tool_choice", [None, "auto"])
+def test_auto_is_the_default_with_tools(tool_choice: str | None) -> None:
+    made = plan(tool_choice)
+    assert made.mode is ToolMode.AUTO
+    assert made.guide_type is GuideType.LARK
+    assert made.parallel is True
+    assert [f.name for f in made.functions] == ["get_weather", "get_time"]
+    assert TOOL_CALL_MARKER in made.instructions
+    assert "get_weather" in made.instructions
+    assert "get_time" in made.instructions
+    assert "The weather in a city" in made.instructions
+
+
+@pytest.mark.parametrize(("parallel", "max_items"), [(None, None), (True, None), (False, 1)])
+def test_required_plan(parallel: bool | None, max_items: int | None) -> None:
+    made = plan("required", parallel)
+    assert made.mode is ToolMode.REQUIRED
+    assert made.guide_type is GuideType.JSON_SCHEMA
+    assert made.parallel is (parallel is not False)
+    schema = json.loads(made.guide)
+    assert schema["type"] == "array"
+    assert schema["minItems"] == 1
+    assert schema.get("maxItems") == max_items
+    assert [item["properties"]["name"] for item in schema["items"]["anyOf"]] == [
+        {"const": "get_weather"},
+        {"const": "get_time"},
+    ]
+    assert schema["items"]["anyOf"][0]["properties"]["arguments"] == WEATHER_PARAMETERS
+    assert "get_weather" in made.instructions
+    assert "get_time" in made.instructions
+
+
+def test_named_plan() -> None:
+    made = plan(NAMED_WEATHER)
+    assert made.mode is ToolMode.NAMED
+    assert made.guide_type is GuideType.JSON_SCHEMA
+    assert json.loads(made.guide) == WEATHER_PARAMETERS
+    assert [f.name for f in made.functions] == ["get_weather"]
+    assert "get_weather" in made.instructions
+    assert "get_time" not in made.instructions
+
+
+def test_function_without_parameters_takes_an_empty_object() -> None:
+    bare = {"type": "function", "function": {"name": "ping"}}
+    made = plan({"type": "function", "function": {"name": "ping"}}, tools=[bare])
+    assert json.loads(made.guide) == {"type": "object", "properties": {}}
+    assert made.functions[0].description == ""
+    assert accepts(grammar(made), "{}")
+
+
+def test_unknown_named_function() -> None:
+    error = refused(TOOLS, {"type": "function", "function": {"name": "get_stock"}})
+    assert error.param == "tool_choice"
+    assert "get_stock" in error.message
+
+
+@pytest.mark.parametrize(
+    "tool_choice",
+    ["always", "", 5, {"type": "function"}, {"type": "function", "function": "get_weather"}, {"name": "get_weather"}],
+)
+def test_malformed_tool_choice(tool_choice: Any) -> None:
+    assert refused(TOOLS, tool_choice).param == "tool_choice"
+
+
+@pytest.mark.parametrize("name", ["", "has space", "a" * 65, "é", "dot.name", None, 5, ["x"]])
+def test_bad_function_names(name: Any) -> None:
+    tools = [WEATHER, {"type": "function", "function": {"name": name}}]
+    assert refused(tools).param == "tools.1.function.name"
+
+
+@pytest.mark.parametrize("name", ["a", "A-b_9", "x" * 64])
+def test_good_function_names(name: str) -> None:
+    assert plan(None, tools=[{"type": "function", "function": {"name": name}}]).functions[0].name == name
+
+
+def test_duplicate_function_names() -> None:
+    assert refused([WEATHER, TIME, WEATHER]).param == "tools"
+
+
+def test_too_many_tools() -> None:
+    tools = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(MAX_TOOLS + 1)]
+    error = refused(tools, "required")
+    assert error.param == "tools"
+    assert str(MAX_TOOLS) in error.message
+    assert len(plan("required", tools=tools[:MAX_TOOLS]).functions) == MAX_TOOLS
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        {"type": "code_interpreter"},
+        {"type": "custom", "custom": {"name": "x"}},
+        {"type": "function"},
+        {"type": "function", "function": "get_weather"},
+        {"function": {"name": "get_weather"}},
+    ],
+)
+def test_non_function_tools(tool: dict[str, Any]) -> None:
+    assert refused([WEATHER, tool]).param == "tools.1"
+
+
+@pytest.mark.parametrize("parameters", [[], "object", 3])
+def test_parameters_must_be_an_object(parameters: Any) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    assert refused([tool]).param == "tools.0.function"
+
+
+# The grammars, run with a real tokenizer ----------------------------------------------------
+
+
+@pytest.mark.parametrize("parallel", [None, True, False])
+def test_required_grammar_enforces_names_and_parameters(parallel: bool | None) -> None:
+    compiled = grammar(plan("required", parallel))
+    assert accepts(compiled, PARIS)
+    assert accepts(compiled, '[{"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}]')
+    assert accepts(compiled, '[{"name": "get_time", "arguments": {"tz": "UTC"}}]')
+    for text in [
+        '[{"name": "get_wether", "arguments": {"city": "Paris"}}]',
+        '[{"name": "get_weather", "arguments": {}}]',
+        '[{"name": "get_weather", "arguments": {"city": 5}}]',
+        '[{"name": "get_weather", "arguments": {"city": "Paris", "unit": "K"}}]',
+        '[{"name": "get_weather", "arguments": {"city": "Paris", "country": "FR"}}]',
+        '[{"name": "get_time", "arguments": {"city": "Paris"}}]',
+        '[{"name": "get_weather"}]',
+        "[]",
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+        TOOL_CALL_MARKER + PARIS,
+        "Paris",
+    ]:
+        assert not accepts(compiled, text), text
+    assert accepts(compiled, TWO_CALLS) is (parallel is not False)
+
+
+def test_named_grammar_is_the_parameter_schema() -> None:
+    compiled = grammar(plan(NAMED_WEATHER))
+    assert accepts(compiled, '{"city": "Paris"}')
+    assert accepts(compiled, '{"city": "Paris", "unit": "F"}')
+    for text in ["{}", '{"city": 1}', PARIS, '{"tz": "UTC"}', '{"city":"Paris"}', "Paris"]:
+        assert not accepts(compiled, text), text
+
+
+@pytest.mark.parametrize("parallel", [None, False])
+def test_auto_grammar(parallel: bool | None) -> None:
+    compiled = grammar(plan("auto", parallel))
+    for text in ["Hello!", "It is sunny.\nTake <b>no</b> umbrella.", "x", "[not a call", "a <tool_call> later"]:
+        assert accepts(compiled, text), text
+    assert accepts(compiled, TOOL_CALL_MARKER + PARIS)
+    assert accepts(compiled, TOOL_CALL_MARKER + TWO_CALLS) is (parallel is None)
+    for text in [
+        TOOL_CALL_MARKER + '[{"name": "get_wether", "arguments": {"city": "Paris"}}]',
+        TOOL_CALL_MARKER + '[{"name": "get_weather", "arguments": {}}]',
+        TOOL_CALL_MARKER + "[]",
+        TOOL_CALL_MARKER + "Paris",
+        TOOL_CALL_MARKER + " " + PARIS,
+        TOOL_CALL_MARKER,
+    ]:
+        assert not accepts(compiled, text), text
+
+
+# parse_calls --------------------------------------------------------------------------------
+
+
+def calls_of(parsed: list[ParsedCall] | None) -> list[tuple[str, Any]] | None:
+    return None if parsed is None else [(c.name, json.loads(c.arguments)) for c in parsed]
+
+
+def test_parse_named() -> None:
+    parsed = parse_calls(plan(NAMED_WEATHER), '{"city": "Paris"}')
+    assert parsed is not None
+    assert [(c.name, c.arguments) for c in parsed] == [("get_weather", '{"city": "Paris"}')]
+    assert parsed[0].id.startswith("call_")
+    # A named call is the arguments text as written, even cut short.
+    truncated = parse_calls(plan(NAMED_WEATHER), '{"city": "Pa')
+    assert truncated is not None
+    assert [(c.name, c.arguments) for c in truncated] == [("get_weather", '{"city": "Pa')]
+
+
+@pytest.mark.parametrize(("mode", "prefix"), [("required", ""), ("auto", TOOL_CALL_MARKER)])
+def test_parse_call_lists(mode: str, prefix: str) -> None:
+    made = plan(mode)
+    assert calls_of(parse_calls(made, prefix + PARIS)) == [("get_weather", {"city": "Paris"})]
+    two = parse_calls(made, prefix + TWO_CALLS)
+    assert calls_of(two) == [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "UTC"})]
+    assert two is not None
+    assert two[0].id != two[1].id
+    assert all(c.id.startswith("call_") for c in two)
+    unicode = parse_calls(made, prefix + '[{"name": "get_weather", "arguments": {"city": "Z\\u00fcrich"}}]')
+    assert unicode is not None
+    assert unicode[0].arguments == '{"city": "Zürich"}'
+    compact = parse_calls(made, prefix + '[{"name":"get_weather","arguments":{"city":"Paris","unit":"C"}}]')
+    assert compact is not None
+    assert compact[0].arguments == '{"city": "Paris", "unit": "C"}'
+
+
+@pytest.mark.parametrize(("mode", "prefix"), [("required", ""), ("auto", TOOL_CALL_MARKER)])
+@pytest.mark.parametrize(
+    "text",
+    [
+        PARIS[:20],
+        "",
+        "[",
+        "[]",
+        "{}",
+        '{"name": "get_weather", "arguments": {}}',
+        '[{"name": "get_weather"}]',
+        '[{"arguments": {}}]',
+        "[1, 2]",
+        "not json",
+    ],
+)
+def test_parse_without_calls_is_none(mode: str, prefix: str, text: str) -> None:
+    assert parse_calls(plan(mode), prefix + text) is None
+
+
+@pytest.mark.parametrize(("mode", "prefix"), [("required", ""), ("auto", TOOL_CALL_MARKER)])
+def test_a_list_cut_short_keeps_its_complete_calls(mode: str, prefix: str) -> None:
+    whole = calls_of(parse_calls(plan(mode), prefix + TWO_CALLS))
+    assert whole is not None
+    for cut in (TWO_CALLS[: len(PARIS) + 5], PARIS[:-1]):
+        assert calls_of(parse_calls(plan(mode), prefix + cut)) == whole[:1]
+
+
+def test_parse_keeps_only_well_formed_calls() -> None:
+    text = '[{"name": "get_time", "arguments": {"tz": "UTC"}}, {"nope": 1}, 3]'
+    assert calls_of(parse_calls(plan("required"), text)) == [("get_time", {"tz": "UTC"})]
+
+
+@pytest.mark.parametrize("text", ["Hello", "", PARIS, " " + TOOL_CALL_MARKER + PARIS, "<tool", "<tool_call"])
+def test_parse_auto_plain_text_is_none(text: str) -> None:
+    assert parse_calls(plan("auto"), text) is None
+
+
+# JsonArraySplitter --------------------------------------------------------------------------
+
+STRING = st.text(alphabet=st.sampled_from('ab []{}",:\\\n\t/é😀\u2028\x00'), max_size=8) | st.text(max_size=6)
+SCALAR = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | STRING
+VALUE = st.recursive(
+    SCALAR,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(STRING, children, max_size=4),
+    max_leaves=12,
+)
+OBJECTS = st.lists(st.dictionaries(STRING, VALUE, max_size=4), max_size=5)
+DUMPS: list[dict[str, Any]] = [
+    {},
+    {"separators": (",", ":")},
+    {"ensure_ascii": False},
+    {"separators": (",", ":"), "ensure_ascii": False},
+    {"indent": 2},
+    {"indent": "\t", "ensure_ascii": False},
+]
+
+
+def chunked(text: str, data: st.DataObject) -> list[str]:
+    """``text`` cut at arbitrary points (empty chunks included)."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=12), label="cuts"))
+    bounds = [0, *cuts, len(text)]
+    return [text[start:end] for start, end in itertools.pairwise(bounds)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(OBJECTS, st.sampled_from(DUMPS), st.data())
+def test_splitter_yields_each_element(
+    objects: list[dict[str, Any]], dumps: dict[str, Any], data: st.DataObject
+) -> None:
+    text = json.dumps(objects, **dumps)
+    splitter = JsonArraySplitter()
+    elements = [element for chunk in chunked(text, data) for element in splitter.feed(chunk)]
+    assert [json.loads(element) for element in elements] == objects
+
+
+def test_splitter_one_character_at_a_time() -> None:
+    objects = [{"a": "]}", "b": ['"[{'], "c": {"\\": '\\\\"'}}, {}, {"x": [[], {}]}]
+    splitter = JsonArraySplitter()
+    elements = [element for char in json.dumps(objects) for element in splitter.feed(char)]
+    assert elements == [json.dumps(o) for o in objects]
+
+
+def test_splitter_waits_for_the_element_to_close() -> None:
+    splitter = JsonArraySplitter()
+    assert list(splitter.feed('[{"a": [1, ')) == []
+    assert list(splitter.feed("2]}")) == ['{"a": [1, 2]}']
+    assert list(splitter.feed(', {"b"')) == []
+    assert list(splitter.feed(": {}}]")) == ['{"b": {}}']
+
+
+# ToolCallStream -----------------------------------------------------------------------------
+
+
+@dataclass
+class Reassembled:
+    content: str = ""
+    calls: list[dict[str, str]] = field(default_factory=list)
+
+
+def reassemble(deltas: list[ChatDelta]) -> Reassembled:
+    """OpenAI's rule: arguments concatenate per index; id and name come from an index's first delta."""
+    result = Reassembled()
+    for delta in deltas:
+        assert delta.role is None
+        if delta.content is not None:
+            assert delta.tool_calls is None
+            result.content += delta.content
+        for call in delta.tool_calls or []:
+            if call.index == len(result.calls):
+                assert call.id is not None
+                assert call.id.startswith("call_")
+                assert call.type == "function"
+                assert call.function.name is not None
+                result.calls.append(
+                    {"id": call.id, "name": call.function.name, "arguments": call.function.arguments or ""}
+                )
+            else:
+                assert call.index == len(result.calls) - 1, "indexes go up by one"
+                assert call.id is None
+                assert call.function.name is None
+                result.calls[call.index]["arguments"] += call.function.arguments or ""
+    return result
+
+
+def stream(made: ToolPlan, chunks: list[str]) -> tuple[ToolCallStream, Reassembled]:
+    tool_stream = ToolCallStream(made)
+    deltas = [delta for chunk in chunks for delta in tool_stream.feed(chunk)]
+    deltas += tool_stream.finish()
+    return tool_stream, reassemble(deltas)
+
+
+def named_and_arguments(calls: list[dict[str, str]]) -> list[tuple[str, str]]:
+    return [(c["name"], c["arguments"]) for c in calls]
+
+
+ARGUMENTS = st.dictionaries(STRING, VALUE, max_size=3)
+CALLS = st.lists(st.tuples(st.sampled_from(["get_weather", "get_time"]), ARGUMENTS), min_size=1, max_size=4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(CALLS, st.sampled_from(["required", "auto"]), st.sampled_from(DUMPS), st.data())
+def test_streamed_call_lists_reassemble_to_the_parsed_calls(
+    calls: list[tuple[str, dict[str, Any]]], mode: str, dumps: dict[str, Any], data: st.DataObject
+) -> None:
+    made = plan(mode)
+    text = json.dumps([{"name": name, "arguments": arguments} for name, arguments in calls], **dumps)
+    if mode == "auto":
+        text = TOOL_CALL_MARKER + text
+    tool_stream, result = stream(made, chunked(text, data))
+    parsed = parse_calls(made, text)
+    assert parsed is not None
+    assert result.content == ""
+    assert named_and_arguments(result.calls) == [(c.name, c.arguments) for c in parsed]
+    assert [json.loads(c["arguments"]) for c in result.calls] == [arguments for _, arguments in calls]
+    assert len({c["id"] for c in result.calls}) == len(calls)
+    assert tool_stream.calls == len(calls)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ARGUMENTS, st.sampled_from(DUMPS), st.data())
+def test_streamed_named_call_reassembles_to_the_parsed_call(
+    arguments: dict[str, Any], dumps: dict[str, Any], data: st.DataObject
+) -> None:
+    made = plan(NAMED_WEATHER)
+    text = json.dumps(arguments, **dumps)
+    tool_stream, result = stream(made, chunked(text, data))
+    parsed = parse_calls(made, text)
+    assert parsed is not None
+    assert result.content == ""
+    assert named_and_arguments(result.calls) == [(c.name, c.arguments) for c in parsed]
+    assert tool_stream.calls == 1
+
+
+def test_streamed_named_call_cut_short_is_the_text_so_far() -> None:
+    _, result = stream(plan(NAMED_WEATHER), ['{"ci', "", 'ty": "Pa'])
+    assert named_and_arguments(result.calls) == [("get_weather", '{"city": "Pa')]
+
+
+def test_named_stream_without_text_has_no_call() -> None:
+    tool_stream, result = stream(plan(NAMED_WEATHER), ["", ""])
+    assert result == Reassembled()
+    assert tool_stream.calls == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=30) | st.sampled_from(["<", "<tool", "<tool_cal", "<tool_call", "<toolbox>", "<b>"]), st.data())
+def test_auto_plain_text_streams_as_content(text: str, data: st.DataObject) -> None:
+    made = plan("auto")
+    if text.startswith(TOOL_CALL_MARKER):
+        text = " " + text
+    tool_stream, result = stream(made, chunked(text, data))
+    assert result.content == text
+    assert result.calls == []
+    assert tool_stream.calls == 0
+    assert parse_calls(made, text) is None
+
+
+@pytest.mark.parametrize(
+    ("chunks", "held"),
+    [
+        (["<"], "<"),
+        (["<to", "ol"], "<tool"),
+        (["<tool_call"], "<tool_call"),
+        (["", "<tool_cal", ""], "<tool_cal"),
+    ],
+)
+def test_auto_text_shorter_than_the_marker_is_held_until_finish(chunks: list[str], held: str) -> None:
+    tool_stream = ToolCallStream(plan("auto"))
+    assert [delta for chunk in chunks for delta in tool_stream.feed(chunk)] == []
+    assert tool_stream.finish() == [ChatDelta(content=held)]
+    assert tool_stream.finish() == []
+
+
+def test_auto_text_that_turns_out_not_to_be_the_marker() -> None:
+    tool_stream = ToolCallStream(plan("auto"))
+    assert tool_stream.feed("<tool") == []
+    assert tool_stream.feed("box> is") == [ChatDelta(content="<toolbox> is")]
+    assert tool_stream.feed(" here") == [ChatDelta(content=" here")]
+    assert tool_stream.finish() == []
+
+
+def test_auto_marker_split_across_chunks_then_calls() -> None:
+    tool_stream = ToolCallStream(plan("auto"))
+    assert tool_stream.feed("<tool_") == []
+    assert tool_stream.feed("call>[") == []
+    deltas = tool_stream.feed(PARIS[1:])
+    result = reassemble(deltas)
+    assert named_and_arguments(result.calls) == [("get_weather", '{"city": "Paris"}')]
+    assert tool_stream.finish() == []
