@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint typecheck unit e2e clean
+.PHONY: install serve test lint typecheck unit e2e device-carry clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,15 @@ e2e: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/pytest -m "not gpu"
+
+# Wheels and sources the GPU machine lacks (it has no network), for bench/gpu_kernel.sh.
+device-carry:
+	mkdir -p device_carry/wheels
+	$(BIN)/pip download --no-deps --no-build-isolation --no-binary :all: -d device_carry/wheels pycuda==2026.1
+	$(BIN)/pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_31_x86_64 -d device_carry/wheels \
+		pytools platformdirs mako markupsafe siphash24 typing_extensions pytest pluggy iniconfig packaging \
+		xgrammar==0.2.8
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -24,14 +24,9 @@ import torch
 from llguidance import LLMatcher, LLTokenizer
 
 from backend.errors import InvalidRequest
-from backend.masking import apply_token_bitmask_cpu
+from backend.masking import BitmaskApplier, CpuBitmaskApplier
 
 logger = logging.getLogger(__name__)
-
-
-def _allocate_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
-    """int32 ``[rows, ceil(vocab / 32)]``, all tokens allowed."""
-    return torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
 
 
 class GrammarCache:
@@ -70,24 +65,39 @@ class _MatcherState:
 
 
 class GuidanceLogitsProcessor:
-    def __init__(self, tokenizer: LLTokenizer, vocab_size: int, max_batch_size: int) -> None:
+    def __init__(
+        self,
+        tokenizer: LLTokenizer,
+        vocab_size: int,
+        max_batch_size: int,
+        *,
+        applier: BitmaskApplier | None = None,
+        mask_threads: int | None = None,
+    ) -> None:
         if tokenizer.vocab_size != vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, logits have {vocab_size}")
         self._tokenizer = tokenizer
         self._states: dict[int, _MatcherState] = {}
-        self._executor = llguidance.LLExecutor()
-        self._bitmask = _allocate_bitmask(max_batch_size, vocab_size)
-        self._eos_only = torch.zeros(self._bitmask.shape[1], dtype=torch.int32)
+        self._executor = llguidance.LLExecutor(num_threads=mask_threads)
+        self._applier = applier or CpuBitmaskApplier(vocab_size, max_batch_size)
+        self._eos_only = torch.zeros((vocab_size + 31) // 32, dtype=torch.int32)
         for token in tokenizer.eos_tokens:
             self._eos_only[token >> 5] |= 1 << (token & 31)
 
     @classmethod
     def for_tokenizer(
-        cls, hf_tokenizer: Any, vocab_size: int, eos_token_ids: Collection[int], max_batch_size: int
+        cls,
+        hf_tokenizer: Any,
+        vocab_size: int,
+        eos_token_ids: Collection[int],
+        max_batch_size: int,
+        *,
+        applier: BitmaskApplier | None = None,
+        mask_threads: int | None = None,
     ) -> GuidanceLogitsProcessor:
         """Build llguidance's tokenizer with the logits width and the engine's end-of-sequence tokens."""
         tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size, eos_token=sorted(eos_token_ids))
-        return cls(tokenizer, vocab_size, max_batch_size)
+        return cls(tokenizer, vocab_size, max_batch_size, applier=applier, mask_threads=mask_threads)
 
     @property
     def tokenizer(self) -> LLTokenizer:
@@ -118,11 +128,9 @@ class GuidanceLogitsProcessor:
         active = [(row, state) for row, state in rows if state is not None]
         if not active:
             return
-        if len(active) > self._bitmask.shape[0]:
-            self._bitmask = _allocate_bitmask(len(active), self._tokenizer.vocab_size)
         for row, state in active:
             self._consume(state, token_ids[row][0])
-        masks = self._bitmask[: len(active)]
+        masks = self._applier.host_masks(len(active))
         try:
             llguidance.numpy.fill_next_token_bitmask_par(
                 self._executor, [(state.matcher, index) for index, (_, state) in enumerate(active)], masks.numpy()
@@ -132,10 +140,10 @@ class GuidanceLogitsProcessor:
             masks[:] = self._eos_only
             for _, state in active:
                 state.error = state.error or f"computing the token mask failed: {exc}"
-        for index, (row, state) in enumerate(active):
+        for index, (_, state) in enumerate(active):
             if state.error is not None:
                 masks[index] = self._eos_only
-            apply_token_bitmask_cpu(logits[row], masks[index])
+        self._applier.apply([logits[row] for row, _ in active], stream_ptr)
 
     @staticmethod
     def _consume(state: _MatcherState, tokens: Sequence[int]) -> None:

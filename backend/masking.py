@@ -6,6 +6,9 @@ A bitmask row is int32 ``[ceil(V / 32)]``; token ``t`` is allowed when bit ``t &
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 import torch
 
 _SHIFTS = torch.arange(32, dtype=torch.int32)
@@ -26,3 +29,36 @@ def apply_token_bitmask_cpu(logits: torch.Tensor, bitmask: torch.Tensor) -> None
     """Set the logits of disallowed tokens to -inf, in place; ``logits`` is ``[..., V]``."""
     allowed = allowed_tokens(bitmask, logits.shape[-1])
     logits.masked_fill_(~allowed, float("-inf"))
+
+
+class BitmaskApplier(Protocol):
+    """Where a step's masks are written (``host_masks``) and how they reach the logits (``apply``)."""
+
+    def host_masks(self, rows: int) -> torch.Tensor: ...
+
+    def apply(self, logits: Sequence[torch.Tensor], stream_ptr: int) -> None: ...
+
+
+class CpuBitmaskApplier:
+    """The CPU path: masks in an ordinary tensor, applied with vectorised torch ops."""
+
+    def __init__(self, vocab_size: int, rows: int) -> None:
+        self._masks = torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
+
+    def host_masks(self, rows: int) -> torch.Tensor:
+        if rows > self._masks.shape[0]:
+            self._masks = torch.full((rows, self._masks.shape[1]), -1, dtype=torch.int32)
+        return self._masks[:rows]
+
+    def apply(self, logits: Sequence[torch.Tensor], stream_ptr: int) -> None:
+        for index, row in enumerate(logits):
+            apply_token_bitmask_cpu(row, self._masks[index])
+
+
+def bitmask_applier(device: torch.device, vocab_size: int, rows: int) -> BitmaskApplier:
+    """The CUDA kernel for CUDA devices (PyCUDA, imported only then), the CPU path otherwise."""
+    if device.type == "cuda":
+        from backend.kernels.cuda_masking import CudaBitmaskApplier
+
+        return CudaBitmaskApplier(device, rows, vocab_size)
+    return CpuBitmaskApplier(vocab_size, rows)

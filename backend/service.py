@@ -10,6 +10,7 @@ import torch
 from backend.chat_template import ChatTemplate
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
 from backend.errors import InvalidRequest
+from backend.masking import bitmask_applier
 from backend.model_loader import LoadedModel, load_model
 from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.scheduler import Scheduler
@@ -60,7 +61,11 @@ class GenerationService:
         chat_template = ChatTemplate(loaded.tokenizer, settings.chat_template)
         engine = TorchEngine(loaded.model, torch.device(settings.device))
         processor = GuidanceLogitsProcessor.for_tokenizer(
-            loaded.tokenizer, engine.vocab_size, loaded.eos_token_ids, settings.max_batch_size
+            loaded.tokenizer,
+            engine.vocab_size,
+            loaded.eos_token_ids,
+            settings.max_batch_size,
+            applier=bitmask_applier(torch.device(settings.device), engine.vocab_size, settings.max_batch_size),
         )
         grammars = GrammarCache(processor.tokenizer)
         scheduler = Scheduler(

@@ -148,7 +148,9 @@ def smol_tokenizer() -> LLTokenizer:
     return llguidance.hf.from_tokenizer(hf, n_vocab=len(hf), eos_token=hf.eos_token_id)
 
 
-async def generate_sample(base_url: str, schemas: list[tuple[str, dict[str, Any]]], concurrency: int) -> dict[str, Any]:
+async def generate_sample(
+    base_url: str, schemas: list[tuple[str, dict[str, Any]]], concurrency: int, max_tokens: int
+) -> dict[str, Any]:
     """Ask the model for an instance of each schema through the OpenAI API and validate it."""
     import openai
 
@@ -162,7 +164,7 @@ async def generate_sample(base_url: str, schemas: list[tuple[str, dict[str, Any]
                 model="SmolLM2-135M-Instruct",
                 messages=[{"role": "user", "content": prompt}],
                 temperature=0,
-                max_tokens=1024,
+                max_tokens=max_tokens,
                 response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
             )
         text = response.choices[0].message.content or ""
@@ -202,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--server", help="OpenAI base URL of a running llgtriton; generate a sample through it")
     parser.add_argument("--sample", type=int, default=40, help="schemas to generate for (every n-th compiled one)")
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=384, help="per generated instance")
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
@@ -217,7 +220,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         compiled = [(n, e) for (n, e), r in zip(schemas, results, strict=True) if r.compiled]
         step = max(1, len(compiled) // arguments.sample)
         report["generation"] = asyncio.run(
-            generate_sample(arguments.server, compiled[::step][: arguments.sample], arguments.concurrency)
+            generate_sample(
+                arguments.server, compiled[::step][: arguments.sample], arguments.concurrency, arguments.max_tokens
+            )
         )
     arguments.out.mkdir(parents=True, exist_ok=True)
     path = arguments.out / ("jsonschemabench_generation.json" if arguments.server else "jsonschemabench.json")

@@ -1,0 +1,1 @@
+"""GPU kernels (CUDA source beside its PyCUDA loader); imported only on CUDA deployments."""

@@ -1,0 +1,303 @@
+"""The GPU path of the logits post-processor: the bitmask kernel in ``mask_logits.cu``.
+
+PyCUDA compiles the kernel (once per process and GPU architecture; it caches the cubin on disk)
+and is imported lazily: it has no wheel and needs the CUDA toolkit, and CPU deployments never
+touch it. Launching goes through the CUDA driver API (ctypes), because PyCUDA can launch only
+on its own stream objects while the engine hands us a raw ``stream_ptr``:
+
+- the module is loaded and its functions looked up once; the launch parameters live in ctypes
+  holders prepared once, so a launch packs nothing in Python (a "prepared call");
+- a step's row pointers and masks share one pinned host buffer (llguidance fills the masks in
+  place; the pointers sit right before them) and go to the device in one asynchronous copy;
+- the copy and the kernel are queued on the engine's own stream, so they are ordered after the
+  forward pass that wrote the logits and before the sampler that reads them, without a sync;
+- an event after the copy tells the next step when the pinned buffer may be rewritten;
+- the device's primary context (the one torch and TensorRT-LLM use) is made current on the
+  calling thread when it is not already.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
+THREADS_PER_BLOCK = 256
+_WARPS = THREADS_PER_BLOCK // 32
+_LOGITS_PER_WARP = 1024
+_CU_EVENT_DISABLE_TIMING = 2
+_BLOCKS_PER_SM = 2048 // THREADS_PER_BLOCK
+_WAVES = 4  # enough blocks to fill every SM this many times over; more just adds block launches
+_KERNELS = {
+    (torch.float32, True): "mask_f32_v4",
+    (torch.float32, False): "mask_f32_v1",
+    (torch.float16, True): "mask_f16_v8",
+    (torch.float16, False): "mask_f16_v1",
+    (torch.bfloat16, True): "mask_bf16_v8",
+    (torch.bfloat16, False): "mask_bf16_v1",
+}
+NAIVE_KERNELS = {torch.float32: "naive_f32", torch.float16: "naive_f16", torch.bfloat16: "naive_bf16"}
+# Below this many bytes of logits a launch is latency-bound: one vector per thread (mask_flat).
+FLAT_MAX_BYTES = 8 << 20
+_FLAT_KERNELS = {"mask_f32_v4": "flat_f32_v4", "mask_f16_v8": "flat_f16_v8", "mask_bf16_v8": "flat_bf16_v8"}
+_FLAT_VEC = {"flat_f32_v4": 4, "flat_f16_v8": 8, "flat_bf16_v8": 8}
+
+_void_p = ctypes.c_void_p
+
+
+class _Driver:
+    """The few CUDA driver calls the applier makes, with their argument types declared."""
+
+    def __init__(self) -> None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        signatures: dict[str, list[type]] = {
+            "cuCtxGetCurrent": [ctypes.POINTER(_void_p)],
+            "cuCtxPushCurrent_v2": [_void_p],
+            "cuCtxPopCurrent_v2": [ctypes.POINTER(_void_p)],
+            "cuModuleLoadData": [ctypes.POINTER(_void_p), ctypes.c_char_p],
+            "cuModuleGetFunction": [ctypes.POINTER(_void_p), _void_p, ctypes.c_char_p],
+            "cuLaunchKernel": [_void_p] + [ctypes.c_uint] * 7 + [_void_p, ctypes.POINTER(_void_p), _void_p],
+            "cuMemcpyHtoDAsync_v2": [ctypes.c_uint64, _void_p, ctypes.c_size_t, _void_p],
+            "cuEventCreate": [ctypes.POINTER(_void_p), ctypes.c_uint],
+            "cuEventRecord": [_void_p, _void_p],
+            "cuEventSynchronize": [_void_p],
+        }
+        for name, argtypes in signatures.items():
+            getattr(lib, name).argtypes = argtypes
+        self.lib = lib
+
+    @staticmethod
+    def check(result: int, call: str) -> None:
+        if result != 0:
+            raise RuntimeError(f"{call} failed with CUDA driver error {result}")
+
+    def current_context(self) -> int | None:
+        context = _void_p()
+        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+        return context.value
+
+
+class CudaBitmaskApplier:
+    """Applies int32 ``[rows, words]`` bitmasks to logits rows on one CUDA device."""
+
+    def __init__(self, device: torch.device, max_rows: int, vocab_size: int) -> None:
+        import pycuda.driver as cuda
+        from pycuda.compiler import compile as compile_cuda
+
+        self._cuda = cuda
+        cuda.init()
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        pycuda_device = cuda.Device(index)
+        self._context = pycuda_device.retain_primary_context()
+        self._driver = _Driver()
+        self.vocab_size = vocab_size
+        self.words = (vocab_size + 31) // 32
+        sms = pycuda_device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
+        self._target_blocks: int = int(sms) * _BLOCKS_PER_SM * _WAVES
+        self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
+        self._last_kernel = ""
+        self._last_rows = 0
+        self._context.push()
+        try:
+            self._primary = self._driver.current_context()
+            major, minor = pycuda_device.compute_capability()
+            cubin = compile_cuda(
+                KERNEL_SOURCE.read_text(), no_extern_c=True, options=["-O3"], arch=f"sm_{major}{minor}"
+            )
+            module = _void_p()
+            self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
+            self._module = module  # kept: its functions live as long as it does
+            self._functions: dict[str, _void_p] = {}
+            for name in [*_KERNELS.values(), *NAIVE_KERNELS.values(), *_FLAT_KERNELS.values()]:
+                function = _void_p()
+                result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode())
+                self._driver.check(result, "cuModuleGetFunction")
+                self._functions[name] = function
+            self._copied = _void_p()
+            result = self._driver.lib.cuEventCreate(ctypes.byref(self._copied), _CU_EVENT_DISABLE_TIMING)
+            self._driver.check(result, "cuEventCreate")
+            self._allocate(max_rows)
+        finally:
+            cuda.Context.pop()
+        # The per-step calls, looked up once (each attribute lookup costs host time on the hot path).
+        lib = self._driver.lib
+        self._get_current, self._memcpy, self._record = lib.cuCtxGetCurrent, lib.cuMemcpyHtoDAsync_v2, lib.cuEventRecord
+        self._launch_kernel = lib.cuLaunchKernel
+        self._current_holder = _void_p()
+        self._current_ref = ctypes.byref(self._current_holder)
+        self._grids: dict[tuple[str, int], int] = {}
+        self._row_base, self._row_stride = 0, 0  # uniform rows: base + row * stride; stride 0: the array
+
+    # Buffers ----------------------------------------------------------------------------------
+
+    def _allocate(self, rows: int) -> None:
+        cuda = self._cuda
+        self._max_rows = rows
+        self._pointer_bytes = rows * 8
+        size = self._pointer_bytes + rows * self.words * 4
+        self._host = cuda.pagelocked_empty(size, dtype=np.uint8)
+        self._host_address = int(self._host.ctypes.data)
+        self._device_buffer = cuda.mem_alloc(size)
+        self._device_address = int(self._device_buffer)
+        self._pointers = self._host[: self._pointer_bytes].view(np.uint64)
+        masks = self._host[self._pointer_bytes :].view(np.int32).reshape(rows, self.words)
+        self._masks = torch.from_numpy(masks)
+        # The launch parameters: (rows pointer array, base, row stride in elements (0: use the array),
+        # masks pointer, mask stride, mask words, vocab).
+        self._param_rows = ctypes.c_uint64(0)
+        self._param_base = ctypes.c_uint64(0)
+        self._param_row_stride = ctypes.c_longlong(0)
+        self._param_masks = ctypes.c_uint64(self._device_address + self._pointer_bytes)
+        self._param_ints = (ctypes.c_int(self.words), ctypes.c_int(self.words), ctypes.c_int(self.vocab_size))
+        holders = (self._param_rows, self._param_base, self._param_row_stride, self._param_masks, *self._param_ints)
+        self._params = (_void_p * 7)(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
+        self._last_tensor = None
+
+    @contextlib.contextmanager
+    def _current(self) -> Iterator[None]:
+        """The primary context current on this thread; usually it already is (one driver call)."""
+        if self._driver.current_context() == self._primary:
+            yield
+            return
+        self._driver.check(self._driver.lib.cuCtxPushCurrent_v2(self._primary), "cuCtxPushCurrent")
+        try:
+            yield
+        finally:
+            self._driver.lib.cuCtxPopCurrent_v2(ctypes.byref(_void_p()))
+
+    def host_masks(self, rows: int) -> torch.Tensor:
+        """The pinned int32 ``[rows, words]`` buffer for the next step's masks (fill it, then ``apply``)."""
+        with self._current():
+            # The previous step's copy must have left the buffer before it is rewritten.
+            self._driver.check(self._driver.lib.cuEventSynchronize(self._copied), "cuEventSynchronize")
+            if rows > self._max_rows:
+                self._context.push()
+                try:
+                    self._allocate(rows)
+                finally:
+                    self._cuda.Context.pop()
+        return self._masks[:rows]
+
+    # Launching --------------------------------------------------------------------------------
+
+    def apply(self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, naive: bool = False) -> None:
+        """Mask row ``i`` of ``logits`` with row ``i`` of ``host_masks``, queued on ``stream_ptr``.
+
+        ``logits`` is a sequence of tensors ending in ``vocab`` (TensorRT-LLM's per-request views)
+        or one tensor ``[..., vocab]`` whose leading dimensions are the rows.
+        """
+        name, rows = self._set_pointers(logits, naive)
+        if rows == 0:
+            return
+        self._get_current(self._current_ref)
+        if self._current_holder.value != self._primary:  # rare: a thread that never ran CUDA work
+            with self._current():
+                self._queue(name, rows, stream_ptr, naive)
+        else:
+            self._queue(name, rows, stream_ptr, naive)
+
+    def _queue(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
+        start = self._pointer_bytes - rows * 8  # pointers right before the masks: one copy
+        nbytes = self._pointer_bytes + rows * self.words * 4 - start
+        if self._memcpy(self._device_address + start, self._host_address + start, nbytes, stream_ptr):
+            raise RuntimeError("cuMemcpyHtoDAsync failed")
+        if self._record(self._copied, stream_ptr):
+            raise RuntimeError("cuEventRecord failed")
+        self._launch(name, rows, stream_ptr, naive)
+
+    def run_resident(
+        self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, naive: bool = False
+    ) -> None:
+        """The kernel alone, on the pointers and masks already on the device (for benchmarks)."""
+        name, rows = self._set_pointers(logits, naive, check_only=True)
+        with self._current():
+            self._launch(name, rows, stream_ptr, naive)
+
+    def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
+        grid_x = self._grids.get((name, rows))
+        if grid_x is None:
+            grid_x = self._grids[(name, rows)] = self._grid_x(name, rows, naive)
+        self._param_rows.value = self._device_address + self._pointer_bytes - rows * 8
+        self._param_base.value, self._param_row_stride.value = self._row_base, self._row_stride
+        if self._launch_kernel(
+            self._functions[name], grid_x, rows, 1, THREADS_PER_BLOCK, 1, 1, 0, stream_ptr, self._params, None
+        ):
+            raise RuntimeError(f"cuLaunchKernel({name}) failed")
+
+    def _grid_x(self, name: str, rows: int, naive: bool) -> int:
+        if name in _FLAT_VEC:
+            per_block = THREADS_PER_BLOCK * _FLAT_VEC[name]
+            return (self.vocab_size + per_block - 1) // per_block
+        if naive:
+            return max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
+        chunk_blocks = (self.vocab_size + _LOGITS_PER_WARP * _WARPS - 1) // (_LOGITS_PER_WARP * _WARPS)
+        return max(1, min(chunk_blocks, (self._target_blocks + rows - 1) // rows))
+
+    def _set_pointers(
+        self, logits: Sequence[torch.Tensor] | torch.Tensor, naive: bool, check_only: bool = False
+    ) -> tuple[str, int]:
+        """Write the rows' addresses into the pinned buffer; return the kernel to use and the row count."""
+        if isinstance(logits, torch.Tensor):
+            key = (logits.data_ptr(), tuple(logits.shape), tuple(logits.stride()), logits.dtype)
+            if key == self._last_tensor and not naive:
+                return self._last_kernel, self._last_rows  # the same buffer as last step: pointers in place
+            name, rows = self._tensor_pointers(logits, naive, check_only)
+            self._last_tensor, self._last_kernel = (None, "") if (naive or check_only) else (key, name)
+            self._last_rows = rows
+            return name, rows
+        self._last_tensor = None
+        self._row_base, self._row_stride = 0, 0
+        rows = len(logits)
+        if rows == 0:
+            return "", 0
+        if rows > self._max_rows:
+            raise ValueError(f"{rows} rows; call host_masks({rows}) first")
+        dtype, aligned = logits[0].dtype, True
+        for index, row in enumerate(logits):
+            self._check_row(row, dtype, index)
+            pointer = row.data_ptr()
+            if not check_only:
+                self._pointers[self._max_rows - rows + index] = pointer
+            aligned = aligned and pointer % 16 == 0
+        return self._kernel(dtype, aligned, naive, rows * self.vocab_size * logits[0].element_size()), rows
+
+    def _tensor_pointers(self, logits: torch.Tensor, naive: bool, check_only: bool) -> tuple[str, int]:
+        self._check_row(logits, logits.dtype, 0)
+        # Row addresses from the strides: [batch, beams, vocab_padded][..., :vocab] views need no copy.
+        offsets = np.zeros(1, dtype=np.int64)
+        for size, stride in zip(logits.shape[:-1], logits.stride()[:-1], strict=True):
+            offsets = (offsets[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride).reshape(-1)
+        rows, item, start = len(offsets), logits.element_size(), logits.data_ptr()
+        if rows > self._max_rows:
+            raise ValueError(f"{rows} rows; call host_masks({rows}) first")
+        strides = [s for size, s in zip(logits.shape[:-1], logits.stride()[:-1], strict=True) if size > 1]
+        aligned = start % 16 == 0 and all(s * item % 16 == 0 for s in strides)
+        if not check_only:
+            self._pointers[self._max_rows - rows :] = (offsets * item + start).astype(np.uint64)
+        steps = np.diff(offsets)
+        if rows == 1 or (steps[0] > 0 and bool(np.all(steps == steps[0]))):
+            # Evenly spaced rows: the kernel computes addresses instead of loading them.
+            self._row_base, self._row_stride = start, int(steps[0]) if rows > 1 else self.vocab_size
+        else:
+            self._row_base, self._row_stride = 0, 0
+        return self._kernel(logits.dtype, aligned, naive, rows * self.vocab_size * item), rows
+
+    def _check_row(self, row: torch.Tensor, dtype: torch.dtype, index: int) -> None:
+        if row.dtype != dtype or row.shape[-1] != self.vocab_size or row.stride(-1) != 1 or not row.is_cuda:
+            raise ValueError(
+                f"logits row {index} must be a CUDA tensor [..., {self.vocab_size}] of {dtype} with unit stride"
+            )
+
+    @staticmethod
+    def _kernel(dtype: torch.dtype, aligned: bool, naive: bool, logits_bytes: int) -> str:
+        name = NAIVE_KERNELS.get(dtype) if naive else _KERNELS.get((dtype, aligned))
+        if name is None:
+            raise ValueError(f"no mask kernel for {dtype}")
+        if not naive and logits_bytes <= FLAT_MAX_BYTES:
+            name = _FLAT_KERNELS.get(name, name)
+        return name

@@ -1,0 +1,220 @@
+// Applies llguidance token bitmasks to logits rows on the GPU, in place.
+//
+// A mask row is ceil(V / 32) uint32 words; token t is allowed when bit (t & 31) of word (t >> 5)
+// is set. Disallowed logits become -inf; tokens past the mask's words are disallowed.
+//
+// One warp owns a chunk of 1024 logits (32 mask words) of one row:
+//   * lane i loads word i (one coalesced 128-byte load per warp);
+//   * if all 32 words allow everything, the warp leaves the chunk without touching the logits;
+//   * otherwise the lanes walk the chunk in 16-byte vectors (VEC elements), consecutive lanes on
+//     consecutive vectors so every access is coalesced; each lane takes its VEC bits from the
+//     lane that holds the word (a shuffle). A vector whose bits are all 1 is skipped, a vector
+//     whose bits are all 0 is overwritten with -inf without being read, a mixed one is read,
+//     selected and written back.
+// VEC == 1 is the path for rows that are not 16-byte aligned (e.g. fp32 with V = 32001).
+// Small launches (mask_flat) are latency-bound instead: one vector per thread, its logits and
+// mask word loaded together.
+// Rows are base + row * row_stride for one strided tensor, or an array of pointers for separate
+// per-request tensors (TensorRT-LLM's logits post-processor).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+template <typename T> struct NegInf;
+template <> struct NegInf<float> { static constexpr uint32_t pattern = 0xff800000u; };
+template <> struct NegInf<__half> { static constexpr uint32_t pattern = 0xfc00fc00u; };
+template <> struct NegInf<__nv_bfloat16> { static constexpr uint32_t pattern = 0xff80ff80u; };
+// (16-bit types: the pattern holds two -inf elements, so it fills a 32-bit word.)
+
+template <typename T> __device__ __forceinline__ T neg_inf_scalar() {
+    const uint32_t pattern = NegInf<T>::pattern;
+    return *reinterpret_cast<const T*>(&pattern);
+}
+
+// Keep the elements of a 32-bit word whose bits are set, replace the others with -inf.
+template <typename T>
+__device__ __forceinline__ uint32_t select_word(uint32_t value, uint32_t bits) {
+    const uint32_t pattern = NegInf<T>::pattern;
+    if constexpr (sizeof(T) == 4) {
+        return (bits & 1u) ? value : pattern;
+    } else {
+        const uint32_t keep = ((bits & 1u) ? 0x0000ffffu : 0u) | ((bits & 2u) ? 0xffff0000u : 0u);
+        return (value & keep) | (pattern & ~keep);
+    }
+}
+
+constexpr int CHUNKS_PER_PASS = 4;  // mask words of this many chunks are loaded at once (picked below)
+
+template <typename T, int VEC>
+__device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word, int base, int lane, int vocab) {
+    constexpr int PIECES = 1024 / (32 * VEC);
+    constexpr uint32_t ALL = (1u << VEC) - 1u;
+    constexpr int PER_WORD = 4 / sizeof(T);  // elements in 32 bits
+    // Two phases, so every load of the chunk is in flight before the first store.
+    uint32_t bits[PIECES];
+    uint4 values[PIECES];
+#pragma unroll
+    for (int it = 0; it < PIECES; ++it) {
+        const int piece = it * 32 + lane;  // this lane's vector inside the chunk
+        const uint32_t source = __shfl_sync(0xffffffffu, word, (piece * VEC) >> 5);
+        bits[it] = (source >> ((piece * VEC) & 31)) & ALL;
+        if constexpr (VEC > 1) {
+            const int first = base + piece * VEC;
+            if (first + VEC <= vocab && bits[it] != ALL && bits[it] != 0u) {
+                values[it] = *reinterpret_cast<const uint4*>(logits + first);
+            }
+        }
+    }
+#pragma unroll
+    for (int it = 0; it < PIECES; ++it) {
+        const int first = base + (it * 32 + lane) * VEC;
+        if (first >= vocab || bits[it] == ALL) {
+            continue;
+        }
+        if constexpr (VEC == 1) {
+            logits[first] = neg_inf_scalar<T>();
+        } else if (first + VEC <= vocab) {
+            uint4 out;
+            if (bits[it] == 0u) {  // nothing allowed: write without reading
+                const uint32_t p = NegInf<T>::pattern;
+                out = make_uint4(p, p, p, p);
+            } else {
+                const uint32_t b = bits[it];
+                out.x = select_word<T>(values[it].x, b);
+                out.y = select_word<T>(values[it].y, b >> PER_WORD);
+                out.z = select_word<T>(values[it].z, b >> (2 * PER_WORD));
+                out.w = select_word<T>(values[it].w, b >> (3 * PER_WORD));
+            }
+            *reinterpret_cast<uint4*>(logits + first) = out;
+        } else {  // the row's last, partial vector
+            for (int k = 0; first + k < vocab; ++k) {
+                if (!((bits[it] >> k) & 1u)) {
+                    logits[first + k] = neg_inf_scalar<T>();
+                }
+            }
+        }
+    }
+}
+
+// Rows are base + row * row_stride when row_stride > 0 (one strided tensor: no pointer to load
+// first), otherwise rows[row] (separate per-request tensors, as TensorRT-LLM passes them).
+template <typename T>
+__device__ __forceinline__ T* row_of(T* const* rows, T* base, long long row_stride) {
+    return row_stride > 0 ? base + static_cast<long long>(blockIdx.y) * row_stride : rows[blockIdx.y];
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, long long row_stride,
+                                          const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
+                                          int vocab) {
+    static_assert(VEC == 1 || VEC * sizeof(T) == 16, "a vector is one element or 16 bytes");
+    const int lane = threadIdx.x & 31;
+    const int warps = blockDim.x >> 5;
+    const int chunks = (vocab + 1023) >> 10;
+    const int stride = gridDim.x * warps;
+    T* __restrict__ logits = row_of(rows, base, row_stride);
+    const uint32_t* __restrict__ mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
+
+    for (int first_chunk = blockIdx.x * warps + (threadIdx.x >> 5); first_chunk < chunks;
+         first_chunk += stride * CHUNKS_PER_PASS) {
+        uint32_t words[CHUNKS_PER_PASS];
+#pragma unroll
+        for (int c = 0; c < CHUNKS_PER_PASS; ++c) {  // independent loads, all in flight together
+            const int word_index = (first_chunk + c * stride) * 32 + lane;
+            words[c] = (first_chunk + c * stride < chunks && word_index < mask_words) ? __ldg(mask + word_index)
+                                                                                      : 0xffffffffu;
+        }
+#pragma unroll 1  // one copy of the chunk code: small kernels are latency- and instruction-cache-bound
+        for (int c = 0; c < CHUNKS_PER_PASS; ++c) {
+            const int chunk = first_chunk + c * stride;
+            // A chunk whose words all allow everything is left alone (the warp agrees, then moves on).
+            // Words past the mask but inside the vocabulary disallow everything.
+            const int word_index = chunk * 32 + lane;
+            // (a constant-index pick keeps `words` in registers inside the rolled loop)
+            const uint32_t loaded = c == 0 ? words[0] : c == 1 ? words[1] : c == 2 ? words[2] : words[3];
+            const uint32_t word = (chunk < chunks && word_index >= mask_words) ? 0u : loaded;
+            if (chunk >= chunks || __all_sync(0xffffffffu, word == 0xffffffffu)) {
+                continue;
+            }
+            mask_chunk<T, VEC>(logits, word, chunk << 10, lane, vocab);
+        }
+    }
+}
+
+// Small launches are latency-bound: one 16-byte vector per thread, its logits and its mask word
+// loaded together, many short threads instead of a few long warps.
+template <typename T, int VEC>
+__device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, long long row_stride,
+                                          const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
+                                          int vocab) {
+    constexpr uint32_t ALL = (1u << VEC) - 1u;
+    constexpr int PER_WORD = 4 / sizeof(T);
+    const int first = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (first >= vocab) {
+        return;
+    }
+    T* __restrict__ logits = row_of(rows, base, row_stride);
+    const bool full = first + VEC <= vocab;
+    uint4 values = make_uint4(0u, 0u, 0u, 0u);
+    if (full) {
+        values = *reinterpret_cast<const uint4*>(logits + first);
+    }
+    const int w = first >> 5;
+    const uint32_t word = w < mask_words ? __ldg(masks + static_cast<size_t>(blockIdx.y) * mask_stride + w) : 0u;
+    const uint32_t bits = (word >> (first & 31)) & ALL;
+    if (bits == ALL) {
+        return;
+    }
+    if (full) {
+        uint4 out;
+        out.x = select_word<T>(values.x, bits);
+        out.y = select_word<T>(values.y, bits >> PER_WORD);
+        out.z = select_word<T>(values.z, bits >> (2 * PER_WORD));
+        out.w = select_word<T>(values.w, bits >> (3 * PER_WORD));
+        *reinterpret_cast<uint4*>(logits + first) = out;
+    } else {
+        for (int k = 0; first + k < vocab; ++k) {
+            if (!((bits >> k) & 1u)) {
+                logits[first + k] = neg_inf_scalar<T>();
+            }
+        }
+    }
+}
+
+// The plain kernel the benchmark compares against: one thread per logit.
+template <typename T>
+__device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base, long long row_stride,
+                                           const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
+                                           int vocab) {
+    T* logits = row_of(rows, base, row_stride);
+    const uint32_t* mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
+        const int w = i >> 5;
+        const uint32_t bits = w < mask_words ? __ldg(mask + w) : 0u;
+        if (!((bits >> (i & 31)) & 1u)) {
+            logits[i] = neg_inf_scalar<T>();
+        }
+    }
+}
+
+#define LLGT_ENTRY(name, body, T)                                                                    \
+    extern "C" __global__ void name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, \
+                                    int mask_stride, int mask_words, int vocab) {                     \
+        body;                                                                                         \
+    }
+#define LLGT_ARGS rows, base, row_stride, masks, mask_stride, mask_words, vocab
+
+using bf16 = __nv_bfloat16;
+LLGT_ENTRY(mask_f32_v4, (mask_rows<float, 4>(LLGT_ARGS)), float)
+LLGT_ENTRY(mask_f32_v1, (mask_rows<float, 1>(LLGT_ARGS)), float)
+LLGT_ENTRY(mask_f16_v8, (mask_rows<__half, 8>(LLGT_ARGS)), __half)
+LLGT_ENTRY(mask_f16_v1, (mask_rows<__half, 1>(LLGT_ARGS)), __half)
+LLGT_ENTRY(mask_bf16_v8, (mask_rows<bf16, 8>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(mask_bf16_v1, (mask_rows<bf16, 1>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4>(LLGT_ARGS)), float)
+LLGT_ENTRY(flat_f16_v8, (mask_flat<__half, 8>(LLGT_ARGS)), __half)
+LLGT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(naive_f32, (mask_naive<float>(LLGT_ARGS)), float)
+LLGT_ENTRY(naive_f16, (mask_naive<__half>(LLGT_ARGS)), __half)
+LLGT_ENTRY(naive_bf16, (mask_naive<bf16>(LLGT_ARGS)), bf16)

@@ -1,0 +1,190 @@
+"""The GPU bitmask kernel against xgrammar's kernels, the torch reference and a plain kernel.
+
+Measured side by side in one process on one GPU, for every batch x vocab x dtype x mask density:
+kernel time (the GPU time CUPTI records for every kernel and copy of a call, masks already on
+the device, mean of repeated calls), the host time of one full ``apply`` (pointers, one async
+copy, an event, the launch: what the logits post-processor pays per step), and the kernel time
+as a multiple of the bandwidth floor.
+xgrammar's kernel files are loaded straight from its wheel (``--xgrammar DIR`` = the unpacked
+wheel); its CUDA kernel compiles at load time with nvcc.
+
+    python -m bench.mask_kernel --xgrammar /tmp/xgrammar --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch.autograd import DeviceType  # type: ignore[attr-defined]
+
+from backend.kernels.cuda_masking import CudaBitmaskApplier
+from backend.masking import apply_token_bitmask_cpu
+
+logger = logging.getLogger("bench.mask_kernel")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Nominal HBM bandwidth, bytes/s.
+BANDWIDTH = {"H100": 3.35e12, "H200": 4.8e12}
+
+
+def load_module(path: Path, name: str) -> ModuleType | None:
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # a missing toolchain or triton: report, compare the rest
+        logger.warning("cannot load %s: %s", path.name, exc)
+        return None
+    return module
+
+
+def make_masks(kind: str, batch: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
+    words = (vocab + 31) // 32
+    if kind == "all":
+        return torch.full((batch, words), -1, dtype=torch.int32)
+    if kind == "half":
+        return torch.randint(-(2**31), 2**31, (batch, words), dtype=torch.int64, generator=generator).to(torch.int32)
+    masks = torch.zeros((batch, words), dtype=torch.int32)
+    tokens = torch.randint(0, vocab, (batch,), generator=generator)
+    for row, token in enumerate(tokens.tolist()):
+        masks[row, token >> 5] = torch.tensor(1 << (token & 31), dtype=torch.int64).to(torch.int32)
+    return masks
+
+
+def gpu_time_us(launch: Callable[[], None], repeats: int) -> float:
+    """GPU time of one call: the device time of every kernel and copy it ran, from CUPTI (torch.profiler).
+
+    Launch gaps and host overhead are left out, whichever library or stream launched the work.
+    """
+    launch()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        for _ in range(repeats):
+            launch()
+        torch.cuda.synchronize()
+    device_events = [e for e in profile.events() if e.device_type == DeviceType.CUDA]
+    if not device_events:
+        raise RuntimeError("the profiler saw no GPU work")
+    return float(sum(e.time_range.elapsed_us() for e in device_events)) / repeats
+
+
+def host_time_us(launch: Callable[[], None], repeats: int) -> float:
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        launch()
+        times.append((time.perf_counter() - started) * 1e6)
+        torch.cuda.synchronize()
+    return float(statistics.median(times))
+
+
+def floor_us(kind: str, batch: int, vocab: int, dtype: torch.dtype, bandwidth: float) -> float:
+    """The least memory traffic any kernel needs: read the masks; write (1 token) or read and write (50%)."""
+    item = torch.tensor([], dtype=dtype).element_size()
+    mask_bytes = batch * ((vocab + 31) // 32) * 4
+    logits_bytes = batch * vocab * item
+    traffic = {"all": mask_bytes, "one": mask_bytes + logits_bytes, "half": mask_bytes + 2 * logits_bytes}[kind]
+    return traffic / bandwidth * 1e6
+
+
+def check_equal(ours: torch.Tensor, reference: torch.Tensor, label: str) -> None:
+    if not torch.equal(ours.view(torch.int16 if ours.element_size() == 2 else torch.int32),
+                       reference.view(torch.int16 if reference.element_size() == 2 else torch.int32)):  # fmt: skip
+        raise AssertionError(f"{label}: the kernel differs from the reference")
+
+
+def measure_case(
+    applier: CudaBitmaskApplier,
+    logits: torch.Tensor,
+    masks: torch.Tensor,
+    xgrammar: dict[str, ModuleType | None],
+    repeats: int,
+) -> dict[str, float]:
+    """Check the kernel against the reference, then time every implementation on the same data."""
+    stream_ptr = torch.cuda.current_stream().cuda_stream
+    masks_gpu = masks.to(logits.device)
+    expected = logits.clone()
+    apply_token_bitmask_cpu(expected, masks_gpu)
+    work = logits.clone()
+    applier.host_masks(len(masks)).copy_(masks)
+    applier.apply(work, stream_ptr)
+    torch.cuda.synchronize()
+    check_equal(work, expected, f"{logits.dtype} {tuple(logits.shape)}")
+    row = {
+        "ours_us": gpu_time_us(functools.partial(applier.run_resident, work, stream_ptr), repeats),
+        "plain_us": gpu_time_us(functools.partial(applier.run_resident, work, stream_ptr, naive=True), repeats),
+        "torch_us": gpu_time_us(functools.partial(apply_token_bitmask_cpu, work, masks_gpu), repeats),
+        "host_us": host_time_us(functools.partial(applier.apply, work, stream_ptr), repeats),
+    }
+    cuda, triton = xgrammar.get("cuda"), xgrammar.get("triton")
+    if cuda is not None:
+        call = functools.partial(cuda.apply_token_bitmask_inplace_cuda, work, masks_gpu)
+        row["xgrammar_cuda_us"] = gpu_time_us(call, repeats)
+        row["xgrammar_cuda_host_us"] = host_time_us(call, repeats)
+    if triton is not None:
+        row["xgrammar_triton_us"] = gpu_time_us(
+            functools.partial(triton.apply_token_bitmask_inplace_triton, work, masks_gpu), repeats
+        )
+    return row
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 256, 1024, 4096])
+    parser.add_argument("--vocabs", type=int, nargs="+", default=[32000, 128256, 151936])
+    parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=sorted(DTYPES))
+    parser.add_argument("--kinds", nargs="+", default=["all", "half", "one"])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--xgrammar", type=Path, help="unpacked xgrammar wheel (its kernels/ folder)")
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    device = torch.device("cuda")
+    name = torch.cuda.get_device_name(device)
+    bandwidth = next((value for key, value in BANDWIDTH.items() if key in name), 3.35e12)
+    xgrammar: dict[str, ModuleType | None] = {}
+    if arguments.xgrammar is not None:
+        kernels = arguments.xgrammar / "xgrammar" / "kernels"
+        started = time.perf_counter()
+        xgrammar["cuda"] = load_module(kernels / "apply_token_bitmask_inplace_cuda.py", "xgr_cuda")
+        logger.info("xgrammar CUDA kernel loaded in %.0f s", time.perf_counter() - started)
+        xgrammar["triton"] = load_module(kernels / "apply_token_bitmask_inplace_triton.py", "xgr_triton")
+    generator = torch.Generator().manual_seed(0)
+    results: list[dict[str, Any]] = []
+    for vocab in arguments.vocabs:
+        applier = CudaBitmaskApplier(device, max(arguments.batches), vocab)
+        for dtype_name in arguments.dtypes:
+            for batch in arguments.batches:
+                logits = torch.randn((batch, vocab), device=device).to(DTYPES[dtype_name])
+                for kind in arguments.kinds:
+                    row: dict[str, Any] = {"vocab": vocab, "dtype": dtype_name, "batch": batch, "kind": kind}
+                    masks = make_masks(kind, batch, vocab, generator)
+                    row.update(measure_case(applier, logits, masks, xgrammar, arguments.repeats))
+                    row["floor_us"] = floor_us(kind, batch, vocab, DTYPES[dtype_name], bandwidth)
+                    row["ours_vs_floor"] = row["ours_us"] / row["floor_us"]
+                    results.append(row)
+                    logger.info("%s", json.dumps(row))
+                del logits
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    path = arguments.out / "mask_kernel.json"
+    path.write_text(json.dumps({"device": name, "bandwidth": bandwidth, "results": results}, indent=2))
+    logger.info("report: %s", path)
+
+
+if __name__ == "__main__":
+    main()

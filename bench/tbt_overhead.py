@@ -1,0 +1,193 @@
+"""Time between tokens and time to first token, constrained vs unconstrained, side by side.
+
+Runs the real step scheduler with the real model in this process (CPU by default). At each
+batch size it alternates rounds of unconstrained and JSON-schema-constrained requests (same
+prompts, schemas from JSONSchemaBench) so that both see the same machine state, and reports
+p50/p99 time between tokens, p50 time to first token, and the logits post-processor's time
+per step (llguidance masks for the whole batch plus applying them).
+
+    .venv/bin/python -m bench.tbt_overhead --batches 1 4 8 --rounds 3 --out docs/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from backend.chat_template import ChatTemplate
+from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.model_loader import load_model
+from backend.requests import EngineRequest, SamplingParams
+from backend.scheduler import Scheduler
+from backend.torch_engine import TorchEngine
+from bench.jsonschemabench import DEFAULT_DATA, load_schemas
+from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
+from llgtriton.settings import EngineSettings
+from llgtriton.wire import ChatMessage, GenerationOutput
+
+logger = logging.getLogger("bench.tbt_overhead")
+
+
+class TimedProcessor(GuidanceLogitsProcessor):
+    """The production processor, with the wall time of each batched call recorded."""
+
+    seconds: list[float]
+
+    def __call__(self, *args: Any) -> None:
+        started = time.perf_counter()
+        super().__call__(*args)
+        self.seconds.append(time.perf_counter() - started)
+
+
+@dataclass
+class TimingSink:
+    submitted: float = field(default_factory=time.perf_counter)
+    stamps: list[tuple[float, int]] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    error: Exception | None = None
+
+    def send(self, output: GenerationOutput, *, final: bool) -> None:
+        self.stamps.append((time.perf_counter(), output.completion_tokens))
+        if final:
+            self.done.set()
+
+    def fail(self, error: Exception) -> None:
+        self.error = error
+        self.done.set()
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+def token_gaps(sink: TimingSink) -> list[float]:
+    """Seconds per token between consecutive responses (a response may carry several tokens)."""
+    gaps = []
+    for (t0, n0), (t1, n1) in zip(sink.stamps, sink.stamps[1:], strict=False):
+        if n1 > n0:
+            gaps.extend([(t1 - t0) / (n1 - n0)] * (n1 - n0))
+    return gaps
+
+
+def run_round(scheduler: Scheduler, requests: list[EngineRequest]) -> list[TimingSink]:
+    sinks = [TimingSink() for _ in requests]
+    for request, sink in zip(requests, sinks, strict=True):
+        scheduler.submit(request, sink)
+    for sink in sinks:
+        sink.done.wait()
+        if sink.error is not None:
+            raise RuntimeError(f"a benchmark request failed: {sink.error}")
+    return sinks
+
+
+def stats_ms(values: Sequence[float]) -> dict[str, float]:
+    array = np.asarray(values) * 1e3
+    return {"p50": float(np.percentile(array, 50)), "p99": float(np.percentile(array, 99)), "n": len(values)}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--mask-threads", type=int, default=None, help="llguidance's thread pool (default: its own)")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    settings = EngineSettings(device=arguments.device, max_batch_size=max(arguments.batches))
+    loaded = load_model(settings)
+    engine = TorchEngine(loaded.model, torch.device(arguments.device))
+    processor = TimedProcessor.for_tokenizer(
+        loaded.tokenizer,
+        engine.vocab_size,
+        loaded.eos_token_ids,
+        settings.max_batch_size,
+        mask_threads=arguments.mask_threads,
+    )
+    assert isinstance(processor, TimedProcessor)
+    processor.seconds = []
+    scheduler = Scheduler(
+        engine,
+        loaded.tokenizer,
+        loaded.eos_token_ids,
+        max_batch_size=settings.max_batch_size,
+        max_model_len=loaded.max_model_len,
+        guidance=(processor, GrammarCache(processor.tokenizer)),
+    )
+    scheduler.start()
+    template = ChatTemplate(loaded.tokenizer)
+
+    grammars: list[tuple[str, str]] = []
+    for name, entry in load_schemas(arguments.data):
+        try:
+            grammar = json_schema_grammar(entry["schema"])
+            check_grammar(grammar, processor.tokenizer)
+        except GuideError:
+            continue
+        grammars.append((name, grammar))
+    logger.info("%d schemas compile", len(grammars))
+
+    def requests(batch: int, offset: int, constrained: bool) -> list[EngineRequest]:
+        chosen = [grammars[(offset + i) % len(grammars)] for i in range(batch)]
+        return [
+            EngineRequest(
+                request_id=name,
+                prompt_ids=tuple(template.render([ChatMessage("user", f"Write a JSON object for {name}.")])),
+                max_tokens=arguments.max_tokens,
+                sampling=SamplingParams(temperature=0.0),
+                stream=True,
+                grammar=grammar if constrained else None,
+            )
+            for name, grammar in chosen
+        ]
+
+    run_round(scheduler, requests(1, 0, True))  # warm up (first forward passes, allocator)
+    report: dict[str, Any] = {
+        "device": arguments.device,
+        "max_tokens": arguments.max_tokens,
+        "mask_threads": arguments.mask_threads,
+        "batches": {},
+    }
+    for batch in arguments.batches:
+        gaps: dict[bool, list[float]] = {False: [], True: []}
+        ttft: dict[bool, list[float]] = {False: [], True: []}
+        processor.seconds.clear()
+        for round_index in range(arguments.rounds):
+            for constrained in (False, True):
+                for sink in run_round(scheduler, requests(batch, round_index * batch, constrained)):
+                    gaps[constrained].extend(token_gaps(sink))
+                    ttft[constrained].append(sink.stamps[0][0] - sink.submitted)
+        free, bound = stats_ms(gaps[False]), stats_ms(gaps[True])
+        result = {
+            "unconstrained_tbt_ms": free,
+            "constrained_tbt_ms": bound,
+            "tbt_p50_overhead": bound["p50"] / free["p50"] - 1,
+            "unconstrained_ttft_ms_p50": statistics.median(ttft[False]) * 1e3,
+            "constrained_ttft_ms_p50": statistics.median(ttft[True]) * 1e3,
+            "processor_ms_per_step": stats_ms(processor.seconds),
+        }
+        report["batches"][str(batch)] = result
+        logger.info("batch %d: %s", batch, json.dumps(result))
+    scheduler.shutdown()
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    threads = f"_threads{arguments.mask_threads}" if arguments.mask_threads else ""
+    path = arguments.out / f"tbt_overhead_{arguments.device.replace(':', '')}{threads}.json"
+    path.write_text(json.dumps(report, indent=2))
+    logger.info("report: %s", path)
+
+
+if __name__ == "__main__":
+    main()

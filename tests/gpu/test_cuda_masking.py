@@ -1,0 +1,110 @@
+"""The CUDA bitmask kernel against the CPU reference, bit for bit (GPU machine only).
+
+Run there with ``python -m pytest -c /dev/null --confcutdir=tests/gpu tests/gpu``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend.masking import apply_token_bitmask_cpu
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on the GPU machine)"),
+]
+
+VOCABS = [32001, 49152, 128256, 151936]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+KINDS = ["random", "all", "none", "one"]
+
+
+def masks(kind: str, rows: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
+    words = (vocab + 31) // 32
+    if kind == "all":
+        return torch.full((rows, words), -1, dtype=torch.int32)
+    if kind == "none":
+        return torch.zeros((rows, words), dtype=torch.int32)
+    if kind == "one":
+        out = torch.zeros((rows, words), dtype=torch.int32)
+        for row, token in enumerate(torch.randint(0, vocab, (rows,), generator=generator).tolist()):
+            out[row, token >> 5] = torch.tensor(1 << (token & 31)).to(torch.int32)
+        return out
+    # random words, with some all-allowed and all-disallowed words mixed in
+    out = torch.randint(-(2**31), 2**31, (rows, words), generator=generator, dtype=torch.int64).to(torch.int32)
+    out[:, ::7] = -1
+    out[:, 3::11] = 0
+    return out
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    view = torch.int16 if a.element_size() == 2 else torch.int32
+    return torch.equal(a.contiguous().view(view).cpu(), b.contiguous().view(view).cpu())
+
+
+@pytest.fixture(scope="module")
+def appliers() -> dict[int, object]:
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+
+    return {vocab: CudaBitmaskApplier(torch.device("cuda"), 16, vocab) for vocab in VOCABS}
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_kernel_matches_the_reference(appliers: dict[int, object], vocab: int, dtype: torch.dtype, kind: str) -> None:
+    applier = appliers[vocab]
+    generator = torch.Generator().manual_seed(vocab + len(kind))
+    mask = masks(kind, 5, vocab, generator)
+    logits = torch.randn((5, vocab), generator=generator).to(dtype)
+    expected = logits.clone()
+    apply_token_bitmask_cpu(expected, mask)
+    gpu = logits.cuda()
+    applier.host_masks(5).copy_(mask)  # type: ignore[attr-defined]
+    applier.apply(gpu, torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
+    assert same_bits(gpu, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_beam_views_leave_the_padding_alone(appliers: dict[int, object], dtype: torch.dtype) -> None:
+    vocab, padded = 32001, 32064
+    applier = appliers[vocab]
+    generator = torch.Generator().manual_seed(1)
+    mask = masks("random", 6, vocab, generator)
+    full = torch.randn((3, 2, padded), generator=generator).to(dtype)
+    expected = full.clone()
+    apply_token_bitmask_cpu(expected[..., :vocab], mask.view(3, 2, -1))
+    gpu = full.cuda()
+    applier.host_masks(6).copy_(mask)  # type: ignore[attr-defined]
+    applier.apply(gpu[..., :vocab], torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
+    assert same_bits(gpu, expected)  # the padded columns are untouched
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_per_request_tensors_on_a_side_stream(appliers: dict[int, object], dtype: torch.dtype) -> None:
+    """TensorRT-LLM's form: one [1, 1, V] tensor per request, some unaligned, on a non-default stream."""
+    vocab = 49152
+    applier = appliers[vocab]
+    generator = torch.Generator().manual_seed(2)
+    mask = masks("random", 4, vocab, generator)
+    storage = torch.randn((4 * vocab + 3,), generator=generator).to(dtype)
+    rows = [storage[1 + i * vocab : 1 + (i + 1) * vocab].view(1, 1, vocab) for i in range(4)]  # not 16-byte aligned
+    expected = [row.clone() for row in rows]
+    for index, row in enumerate(expected):
+        apply_token_bitmask_cpu(row, mask[index])
+    gpu_storage = storage.cuda()
+    gpu_rows = [gpu_storage[1 + i * vocab : 1 + (i + 1) * vocab].view(1, 1, vocab) for i in range(4)]
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    with torch.cuda.stream(side):
+        gpu_storage.mul_(1.0)  # pending work on the stream the kernel must wait for
+        applier.host_masks(4).copy_(mask)  # type: ignore[attr-defined]
+        applier.apply(gpu_rows, side.cuda_stream)  # type: ignore[attr-defined]
+    side.synchronize()
+    assert all(same_bits(g, e) for g, e in zip(gpu_rows, expected, strict=True))
+
+
+def test_wrong_rows_are_refused(appliers: dict[int, object]) -> None:
+    applier = appliers[49152]
+    with pytest.raises(ValueError, match="49152"):
+        applier.apply(torch.zeros((2, 100), device="cuda"), 0)  # type: ignore[attr-defined]
