@@ -10,14 +10,17 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+import openai
 import pytest
 
 from llgtriton.settings import EngineSettings
+from tests.test_proxy_app import BASE_URL, ScriptedClient, _app, _http
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_START_TIMEOUT_S = 600.0
@@ -34,6 +37,32 @@ def loaded_model() -> Any:
 @pytest.fixture(scope="session")
 def tokenizer(loaded_model: Any) -> Any:
     return loaded_model.tokenizer
+
+
+# The proxy in-process, in front of a scripted generation client (tests/test_proxy_*.py).
+
+
+@pytest.fixture
+def client() -> ScriptedClient:
+    return ScriptedClient()
+
+
+@pytest.fixture
+async def http(client: ScriptedClient) -> AsyncIterator[httpx.AsyncClient]:
+    async with _http(_app(client)) as http_client:
+        yield http_client
+
+
+@pytest.fixture
+async def sdk(client: ScriptedClient) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(
+        base_url=f"{BASE_URL}/v1",
+        api_key="x",
+        max_retries=0,
+        # The SDK annotates httpx2 clients; it accepts (and is tested here with) an httpx one.
+        http_client=_http(_app(client)),  # type: ignore[arg-type]
+    ) as sdk_client:
+        yield sdk_client
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
 from llgtriton.guides import grammar_for
 from llgtriton.wire import ChatMessage, FinishReason, GuideType
-from tests.test_scheduler import RecordingSink
+from tests.test_scheduler import run as generate
 
 GREEDY = SamplingParams(temperature=0.0)
 PERSON = {
@@ -56,15 +56,6 @@ def scheduler(loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, Gramma
 
 def chat(loaded_model: Any, text: str) -> tuple[int, ...]:
     return tuple(ChatTemplate(loaded_model.tokenizer).render([ChatMessage("user", text)]))
-
-
-def generate(scheduler: Scheduler, *requests: EngineRequest) -> list[RecordingSink]:
-    sinks = [RecordingSink() for _ in requests]
-    for request, sink in zip(requests, sinks, strict=True):
-        scheduler.submit(request, sink)
-    for sink in sinks:
-        sink.wait()
-    return sinks
 
 
 def constrained(

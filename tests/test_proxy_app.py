@@ -83,29 +83,6 @@ def _http(app: Starlette, *, raise_app_exceptions: bool = True) -> httpx.AsyncCl
     return httpx.AsyncClient(transport=transport, base_url=BASE_URL)
 
 
-@pytest.fixture
-def client() -> ScriptedClient:
-    return ScriptedClient()
-
-
-@pytest.fixture
-async def http(client: ScriptedClient) -> AsyncIterator[httpx.AsyncClient]:
-    async with _http(_app(client)) as http_client:
-        yield http_client
-
-
-@pytest.fixture
-async def sdk(client: ScriptedClient) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(
-        base_url=f"{BASE_URL}/v1",
-        api_key="x",
-        max_retries=0,
-        # The SDK annotates httpx2 clients; it accepts (and is tested here with) an httpx one.
-        http_client=_http(_app(client)),  # type: ignore[arg-type]
-    ) as sdk_client:
-        yield sdk_client
-
-
 def _chat(**fields: Any) -> dict[str, Any]:
     return {"model": MODEL, "messages": USER, **fields}
 

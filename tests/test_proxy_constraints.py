@@ -7,7 +7,6 @@ the proxy sends and how it frames what comes back.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -21,16 +20,13 @@ from llgtriton import wire
 from llgtriton.wire import GuideType
 from proxy.tools import TOOL_CALL_MARKER
 from tests.test_proxy_app import (
-    BASE_URL,
     MODEL,
     USER,
     ScriptedClient,
-    _app,
     _assert_error,
     _chat,
     _completion,
     _events,
-    _http,
 )
 
 CHAT = "/v1/chat/completions"
@@ -61,28 +57,6 @@ PARIS_ARGUMENTS = '{"city": "Paris"}'
 TWO_CALLS = (
     '[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": {"tz": "UTC"}}]'
 )
-
-
-@pytest.fixture
-def client() -> ScriptedClient:
-    return ScriptedClient()
-
-
-@pytest.fixture
-async def http(client: ScriptedClient) -> AsyncIterator[httpx.AsyncClient]:
-    async with _http(_app(client)) as http_client:
-        yield http_client
-
-
-@pytest.fixture
-async def sdk(client: ScriptedClient) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(
-        base_url=f"{BASE_URL}/v1",
-        api_key="x",
-        max_retries=0,
-        http_client=_http(_app(client)),  # type: ignore[arg-type]
-    ) as sdk_client:
-        yield sdk_client
 
 
 def _body(path: str, **fields: Any) -> dict[str, Any]:
