@@ -43,8 +43,9 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def make_generator(seed: int | None) -> torch.Generator:
-    generator = torch.Generator()
+def make_generator(seed: int | None, device: torch.device | None = None) -> torch.Generator:
+    """A request's own random stream, on the device its logits live on."""
+    generator = torch.Generator(device=device or torch.device("cpu"))
     if seed is None:
         generator.seed()
     else:

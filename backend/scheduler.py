@@ -169,7 +169,7 @@ class Scheduler:
             sink=sink,
             detokenizer=IncrementalDetokenizer(self._decoder, request.prompt_ids),
             stop_filter=StopStringFilter(request.stop),
-            generator=make_generator(request.sampling.seed),
+            generator=make_generator(request.sampling.seed, self._engine.device),
         )
         self._running.append(seq)
         return seq

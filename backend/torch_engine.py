@@ -53,6 +53,10 @@ class TorchEngine:
         return self._vocab_size
 
     @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
     def stream_ptr(self) -> int:
         if self._device.type == "cuda":
             return int(torch.cuda.current_stream(self._device).cuda_stream)
