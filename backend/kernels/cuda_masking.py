@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -131,6 +132,7 @@ class CudaBitmaskApplier:
         self._current_holder = _void_p()
         self._current_ref = ctypes.byref(self._current_holder)
         self._grids: dict[tuple[str, int], int] = {}
+        self._primary_threads: set[int] = set()
         self._row_base, self._row_stride = 0, 0  # uniform rows: base + row * stride; stride 0: the array
 
     # Buffers ----------------------------------------------------------------------------------
@@ -194,12 +196,19 @@ class CudaBitmaskApplier:
         name, rows = self._set_pointers(logits, naive)
         if rows == 0:
             return
+        if threading.get_ident() in self._primary_threads:
+            self._queue(name, rows, stream_ptr, naive)
+            return
+        # First call on this thread: is the primary context current (it is on threads that ran CUDA
+        # work: torch's, TensorRT-LLM's)? Then remember the thread and skip this check from now on.
+        # (Were another context made current later, the launch would fail loudly, not mask wrongly.)
         self._get_current(self._current_ref)
-        if self._current_holder.value != self._primary:  # rare: a thread that never ran CUDA work
+        if self._current_holder.value == self._primary:
+            self._primary_threads.add(threading.get_ident())
+            self._queue(name, rows, stream_ptr, naive)
+        else:
             with self._current():
                 self._queue(name, rows, stream_ptr, naive)
-        else:
-            self._queue(name, rows, stream_ptr, naive)
 
     def _queue(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
         start = self._pointer_bytes - rows * 8  # pointers right before the masks: one copy
@@ -243,7 +252,7 @@ class CudaBitmaskApplier:
     ) -> tuple[str, int]:
         """Write the rows' addresses into the pinned buffer; return the kernel to use and the row count."""
         if isinstance(logits, torch.Tensor):
-            key = (logits.data_ptr(), tuple(logits.shape), tuple(logits.stride()), logits.dtype)
+            key = (logits.data_ptr(), logits.shape, logits.stride(), logits.dtype)
             if key == self._last_tensor and not naive:
                 return self._last_kernel, self._last_rows  # the same buffer as last step: pointers in place
             name, rows = self._tensor_pointers(logits, naive, check_only)
