@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from llgtriton.wire import FinishReason, GenerationOutput
+from llgtriton.wire import FinishReason
+from tests.test_scheduler import RecordingSink
 
 pytestmark = [
     pytest.mark.gpu,
@@ -34,25 +34,6 @@ PERSON = {
     "required": ["name", "age"],
     "additionalProperties": False,
 }
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.outputs: list[GenerationOutput] = []
-        self.error: Exception | None = None
-        self.done = threading.Event()
-
-    def send(self, output: GenerationOutput, *, final: bool) -> None:
-        self.outputs.append(output)
-        if final:
-            self.done.set()
-
-    def fail(self, error: Exception) -> None:
-        self.error = error
-        self.done.set()
-
-    def is_cancelled(self) -> bool:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +69,11 @@ def setup() -> Any:
     scheduler.shutdown()
 
 
-def generate(setup: Any, grammars: list[str | None], max_tokens: int = 64) -> list[Sink]:
+def generate(setup: Any, grammars: list[str | None], max_tokens: int = 64) -> list[RecordingSink]:
     from backend.requests import EngineRequest, SamplingParams
 
     scheduler, tokenizer = setup
-    sinks = [Sink() for _ in grammars]
+    sinks = [RecordingSink() for _ in grammars]
     for index, (grammar, sink) in enumerate(zip(grammars, sinks, strict=True)):
         prompt = tuple(tokenizer.encode(f"Request {index}: write JSON."))
         request = EngineRequest(
@@ -100,7 +81,7 @@ def generate(setup: Any, grammars: list[str | None], max_tokens: int = 64) -> li
         )
         scheduler.submit(request, sink)
     for sink in sinks:
-        assert sink.done.wait(120)
+        sink.wait()
     return sinks
 
 
@@ -113,7 +94,7 @@ def test_random_weights_still_produce_valid_output_on_cuda(setup: Any) -> None:
     sinks = generate(setup, [person, digits, None, person, digits, None])
     for sink in sinks:
         assert sink.error is None, sink.error
-    texts = ["".join(o.text for o in sink.outputs) for sink in sinks]
+    texts = [sink.text for sink in sinks]
     for index in (0, 3):
         if sinks[index].outputs[-1].finish_reason is FinishReason.STOP:
             value = json.loads(texts[index])
