@@ -45,8 +45,9 @@ device-carry:
 	$(BIN)/pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_31_x86_64 -d device_carry/wheels \
 		pytools platformdirs mako markupsafe siphash24 typing_extensions pytest pluggy iniconfig packaging \
-		xgrammar==0.2.8 llguidance==1.9.1
+		xgrammar==0.2.8 llguidance==1.9.1 pydantic pydantic-core annotated-types typing-inspection
 	mkdir -p device_carry/model
+	cp -r ../shared/data/jsonschemabench device_carry/
 	$(BIN)/python -c "from backend.model_loader import checkpoint_path; from llgtriton.settings import EngineSettings; print(checkpoint_path(EngineSettings()))" \
 		| xargs -I{} cp {}/config.json {}/tokenizer.json {}/tokenizer_config.json {}/generation_config.json device_carry/model/
 

@@ -6,6 +6,10 @@ same object serves the torch engine's step loop and TensorRT-LLM's executor. Eac
 the tokens sampled since the last call, computes every row's mask with llguidance's parallel
 API (GIL released), and applies it. It never raises: a matcher that fails gets an EOS-only mask,
 and the failure is kept for the scheduler to end that request with an error.
+
+An engine that knows the sampled tokens before its next forward pass (the torch engine's step
+loop) calls :meth:`GuidanceLogitsProcessor.prefetch`: the tokens are consumed and the next masks
+computed on a worker thread while the forward pass runs, and the next call only applies them.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +86,8 @@ class GuidanceLogitsProcessor:
         self._executor = llguidance.LLExecutor(num_threads=mask_threads)
         self._applier = applier or CpuBitmaskApplier(vocab_size, max_batch_size)
         self._eos_only = torch.zeros((vocab_size + 31) // 32, dtype=torch.int32)
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llgtriton-masks")
+        self._prefetched: tuple[tuple[int, ...], Future[None]] | None = None
         for token in tokenizer.eos_tokens:
             self._eos_only[token >> 5] |= 1 << (token & 31)
 
@@ -107,7 +114,36 @@ class GuidanceLogitsProcessor:
         self._states[client_id] = _MatcherState(matcher=matcher, consumed=prompt_length)
 
     def remove(self, client_id: int) -> None:
+        if self._prefetched is not None and client_id in self._prefetched[0]:
+            self._wait_for_prefetch()  # the worker may be using this request's matcher
         self._states.pop(client_id, None)
+
+    def prefetch(self, client_ids: Sequence[int], tokens: Sequence[int]) -> None:
+        """Consume each request's newest token and compute the next masks on the worker thread."""
+        self._wait_for_prefetch()
+        pairs = [(cid, token) for cid, token in zip(client_ids, tokens, strict=True) if cid in self._states]
+        if pairs:
+            ids = tuple(cid for cid, _ in pairs)
+            self._prefetched = (ids, self._worker.submit(self._compute_ahead, pairs))
+
+    def _compute_ahead(self, pairs: list[tuple[int, int]]) -> None:
+        states = [self._states[cid] for cid, _ in pairs]
+        for state, (_, token) in zip(states, pairs, strict=True):
+            self._consume_one(state, token)
+        self._fill(states, self._applier.host_masks(len(states)), 0)
+
+    def _wait_for_prefetch(self) -> tuple[int, ...]:
+        """Wait for the worker; return the ids whose masks it left in rows 0.. of the buffer."""
+        if self._prefetched is None:
+            return ()
+        ids, future = self._prefetched
+        self._prefetched = None
+        try:
+            future.result()
+        except Exception:  # _fill records errors per request; this is a bug in the worker itself
+            logger.exception("computing masks ahead failed")
+            return ()
+        return ids
 
     def error(self, client_id: int) -> str | None:
         state = self._states.get(client_id)
@@ -124,26 +160,40 @@ class GuidanceLogitsProcessor:
         stream_ptr: int,
         client_ids: Sequence[int | None],
     ) -> None:
-        rows = [(row, self._states.get(cid)) for row, cid in enumerate(client_ids) if cid is not None]
-        active = [(row, state) for row, state in rows if state is not None]
+        ready = self._wait_for_prefetch()
+        rows = [(row, cid, self._states.get(cid)) for row, cid in enumerate(client_ids) if cid is not None]
+        active = [(row, cid, state) for row, cid, state in rows if state is not None]
         if not active:
             return
-        for row, state in active:
+        # Rows the worker already computed (the same requests, in the same order) are reused.
+        done = len(ready) if tuple(cid for _, cid, _ in active[: len(ready)]) == ready else 0
+        for row, _, state in active[done:]:
             self._consume(state, token_ids[row][0])
         masks = self._applier.host_masks(len(active))
+        self._fill([state for _, _, state in active[done:]], masks, done)
+        self._applier.apply([logits[row] for row, _, _ in active], stream_ptr)
+
+    def _fill(self, states: Sequence[_MatcherState], masks: torch.Tensor, first: int) -> None:
+        """Masks of ``states`` into rows ``first``.. of ``masks``; EOS-only for failed matchers."""
+        if not states:
+            return
         try:
             llguidance.numpy.fill_next_token_bitmask_par(
-                self._executor, [(state.matcher, index) for index, (_, state) in enumerate(active)], masks.numpy()
+                self._executor, [(state.matcher, first + i) for i, state in enumerate(states)], masks.numpy()
             )
         except Exception as exc:  # never fail the batch: every constrained row may only end
             logger.exception("computing token masks failed")
-            masks[:] = self._eos_only
-            for _, state in active:
+            for state in states:
                 state.error = state.error or f"computing the token mask failed: {exc}"
-        for index, (_, state) in enumerate(active):
+        for index, state in enumerate(states):
             if state.error is not None:
-                masks[index] = self._eos_only
-        self._applier.apply([logits[row] for row, _ in active], stream_ptr)
+                masks[first + index] = self._eos_only
+
+    @staticmethod
+    def _consume_one(state: _MatcherState, token: int) -> None:
+        state.consumed += 1
+        if state.error is None and not state.matcher.consume_token(token):
+            state.error = f"the constraint rejected a token: {state.matcher.get_error()}"
 
     @staticmethod
     def _consume(state: _MatcherState, tokens: Sequence[int]) -> None:

@@ -3,7 +3,13 @@
 Each step: drop cancelled requests, prefill the requests admitted since the last step, decode
 every running sequence in one batched forward pass, run each request's logits post-processor
 (TensorRT-LLM's signature) on its logits row, sample, then detokenize, check stop conditions
-and send responses. The loop runs on its own thread; ``submit`` only enqueues.
+and send responses. The constrained requests' next masks are then computed on a worker thread
+while the next forward pass runs. The loop runs on its own thread; ``submit`` only enqueues.
+
+Admission is bounded twice: at most ``max_batch_size`` sequences run, and the tokens they may
+hold in the KV cache (prompt plus ``max_tokens`` each, reserved at admission) stay within
+``max_kv_tokens``; requests wait in a queue of at most ``max_queue_size``, and a request that
+finds it full is refused at once with :class:`Unavailable`, never dropped.
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ class _Sequence:
         )
 
 
+def kv_tokens(request: EngineRequest) -> int:
+    """KV-cache tokens a request may hold: reserved whole at admission, so a batch never outgrows it."""
+    return len(request.prompt_ids) + request.max_tokens
+
+
 class Scheduler:
     def __init__(
         self,
@@ -60,6 +71,8 @@ class Scheduler:
         max_batch_size: int,
         max_model_len: int,
         guidance: tuple[GuidanceLogitsProcessor, GrammarCache] | None = None,
+        max_queue_size: int = 1024,
+        max_kv_tokens: int | None = None,
     ) -> None:
         self._engine = engine
         self._guidance = guidance
@@ -67,6 +80,8 @@ class Scheduler:
         self._eos = eos_token_ids
         self._max_batch_size = max_batch_size
         self._max_model_len = max_model_len
+        self._max_queue_size = max_queue_size
+        self._max_kv_tokens = max_kv_tokens or max_batch_size * max_model_len
         self._waiting: deque[tuple[EngineRequest, ResponseSink]] = deque()
         self._running: list[_Sequence] = []
         self._ids = itertools.count()
@@ -81,6 +96,8 @@ class Scheduler:
         with self._wakeup:
             if self._stopping:
                 raise Unavailable("the backend is shutting down")
+            if len(self._waiting) >= self._max_queue_size:
+                raise Unavailable(f"the request queue is full ({self._max_queue_size} waiting); retry later")
             self._waiting.append((request, sink))
             self._wakeup.notify()
 
@@ -105,8 +122,14 @@ class Scheduler:
                 if self._stopping:
                     break
                 admitted: list[tuple[EngineRequest, ResponseSink]] = []
-                while self._waiting and len(self._running) + len(admitted) < self._max_batch_size:
+                reserved = sum(kv_tokens(seq.request) for seq in self._running)
+                while (
+                    self._waiting
+                    and len(self._running) + len(admitted) < self._max_batch_size
+                    and reserved + kv_tokens(self._waiting[0][0]) <= self._max_kv_tokens
+                ):
                     admitted.append(self._waiting.popleft())
+                    reserved += kv_tokens(admitted[-1][0])
             try:
                 with torch.inference_mode():
                     self._step(admitted)
@@ -132,6 +155,16 @@ class Scheduler:
         self._constrain(rows)
         for seq, row in rows:
             self._advance(seq, row)
+        self._compute_masks_ahead()
+
+    def _compute_masks_ahead(self) -> None:
+        """Start the next step's masks now, so they are computed during the next forward pass."""
+        if self._guidance is None:
+            return
+        processor = self._guidance[0]
+        ahead = [seq for seq in self._running if seq.generated and processor.is_constrained(seq.seq_id)]
+        if ahead:
+            processor.prefetch([seq.seq_id for seq in ahead], [seq.generated[-1] for seq in ahead])
 
     def _constrain(self, rows: list[tuple[_Sequence, torch.Tensor]]) -> None:
         """One call of the batched logits post-processor for every constrained row."""

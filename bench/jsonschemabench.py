@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import numpy as np
 from llguidance import LLMatcher, LLTokenizer
 
@@ -46,7 +45,10 @@ class SchemaResult:
 
 
 def load_schemas(data: Path) -> list[tuple[str, dict[str, Any]]]:
-    return [(path.stem, json.loads(path.read_text())) for path in sorted(data.glob("*.json"))]
+    schemas = [(path.stem, json.loads(path.read_text())) for path in sorted(data.glob("*.json"))]
+    if not schemas:
+        raise SystemExit(f"no JSONSchemaBench schemas in {data}")
+    return schemas
 
 
 def instance_text(data: Any) -> str:
@@ -152,6 +154,7 @@ async def generate_sample(
     base_url: str, schemas: list[tuple[str, dict[str, Any]]], concurrency: int, max_tokens: int
 ) -> dict[str, Any]:
     """Ask the model for an instance of each schema through the OpenAI API and validate it."""
+    import jsonschema
     import openai
 
     client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=1800)

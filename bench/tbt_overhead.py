@@ -3,10 +3,12 @@
 Runs the real step scheduler with the real model in this process (CPU by default). At each
 batch size it alternates rounds of unconstrained and JSON-schema-constrained requests (same
 prompts, schemas from JSONSchemaBench) so that both see the same machine state, and reports
-p50/p99 time between tokens, p50 time to first token, and the logits post-processor's time
-per step (llguidance masks for the whole batch plus applying them).
+p50/p99 time between tokens, p50 time to first token, output tokens per second, and the logits
+post-processor's time per step (llguidance masks for the whole batch plus applying them).
 
     .venv/bin/python -m bench.tbt_overhead --batches 1 4 8 --rounds 3 --out docs/results
+    python -m bench.tbt_overhead --device cuda --random-model device_carry/model --shape llama-3.2-1b \
+        --batches 1 8 32 64 128   # on the GPU machine: a random-weight model of that shape
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import logging
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ import torch
 
 from backend.chat_template import ChatTemplate
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.masking import bitmask_applier
 from backend.model_loader import load_model
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
@@ -37,6 +40,31 @@ from llgtriton.settings import EngineSettings
 from llgtriton.wire import ChatMessage, GenerationOutput
 
 logger = logging.getLogger("bench.tbt_overhead")
+
+
+# Layer sizes of public models, for random-weight runs on the GPU machine (no checkpoint travels).
+SHAPES: dict[str, dict[str, int]] = {
+    "llama-3.2-1b": {
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+    },
+}
+
+
+def random_model(folder: Path, shape: str | None, device: torch.device) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(folder)
+    for key, value in SHAPES.get(shape or "", {}).items():
+        setattr(config, key, value)
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()  # type: ignore[no-untyped-call]
+    return model, AutoTokenizer.from_pretrained(folder)
 
 
 class TimedProcessor(GuidanceLogitsProcessor):
@@ -95,6 +123,41 @@ def stats_ms(values: Sequence[float]) -> dict[str, float]:
     return {"p50": float(np.percentile(array, 50)), "p99": float(np.percentile(array, 99)), "n": len(values)}
 
 
+def measure_batch(
+    scheduler: Scheduler,
+    processor: TimedProcessor,
+    requests: Callable[[int, int, bool], list[EngineRequest]],
+    batch: int,
+    rounds: int,
+) -> dict[str, Any]:
+    """Alternate unconstrained and constrained rounds at one batch size; return the figures."""
+    gaps: dict[bool, list[float]] = {False: [], True: []}
+    ttft: dict[bool, list[float]] = {False: [], True: []}
+    produced: dict[bool, list[tuple[int, float]]] = {False: [], True: []}
+    processor.seconds.clear()
+    for round_index in range(rounds):
+        for constrained in (False, True):
+            started = time.perf_counter()
+            sinks = run_round(scheduler, requests(batch, round_index * batch, constrained))
+            tokens = sum(sink.stamps[-1][1] for sink in sinks)
+            produced[constrained].append((tokens, time.perf_counter() - started))
+            for sink in sinks:
+                gaps[constrained].extend(token_gaps(sink))
+                ttft[constrained].append(sink.stamps[0][0] - sink.submitted)
+    free, bound = stats_ms(gaps[False]), stats_ms(gaps[True])
+    result = {
+        "unconstrained_tbt_ms": free,
+        "constrained_tbt_ms": bound,
+        "tbt_p50_overhead": bound["p50"] / free["p50"] - 1,
+        "unconstrained_ttft_ms_p50": statistics.median(ttft[False]) * 1e3,
+        "constrained_ttft_ms_p50": statistics.median(ttft[True]) * 1e3,
+        "processor_ms_per_step": stats_ms(processor.seconds),
+        "unconstrained_tokens_per_s": sum(n for n, _ in produced[False]) / sum(t for _, t in produced[False]),
+        "constrained_tokens_per_s": sum(n for n, _ in produced[True]) / sum(t for _, t in produced[True]),
+    }
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8])
@@ -102,33 +165,48 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--mask-threads", type=int, default=None, help="llguidance's thread pool (default: its own)")
+    parser.add_argument("--random-model", type=Path, help="config + tokenizer folder: random weights, no checkpoint")
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="with --random-model: override the layer sizes")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     settings = EngineSettings(device=arguments.device, max_batch_size=max(arguments.batches))
-    loaded = load_model(settings)
-    engine = TorchEngine(loaded.model, torch.device(arguments.device))
+    device = torch.device(arguments.device)
+    if arguments.random_model is not None:
+        model, tokenizer = random_model(arguments.random_model, arguments.shape, device)
+        eos: frozenset[int] = frozenset({int(tokenizer.eos_token_id)})
+        max_model_len = 2048
+    else:
+        loaded = load_model(settings)
+        model, tokenizer, eos, max_model_len = (
+            loaded.model,
+            loaded.tokenizer,
+            loaded.eos_token_ids,
+            loaded.max_model_len,
+        )
+    engine = TorchEngine(model, device)
     processor = TimedProcessor.for_tokenizer(
-        loaded.tokenizer,
+        tokenizer,
         engine.vocab_size,
-        loaded.eos_token_ids,
+        eos,
         settings.max_batch_size,
+        applier=bitmask_applier(device, engine.vocab_size, settings.max_batch_size),
         mask_threads=arguments.mask_threads,
     )
     assert isinstance(processor, TimedProcessor)
     processor.seconds = []
     scheduler = Scheduler(
         engine,
-        loaded.tokenizer,
-        loaded.eos_token_ids,
+        tokenizer,
+        eos,
         max_batch_size=settings.max_batch_size,
-        max_model_len=loaded.max_model_len,
+        max_model_len=max_model_len,
         guidance=(processor, GrammarCache(processor.tokenizer)),
     )
     scheduler.start()
-    template = ChatTemplate(loaded.tokenizer)
+    template = ChatTemplate(tokenizer)
 
     grammars: list[tuple[str, str]] = []
     for name, entry in load_schemas(arguments.data):
@@ -156,29 +234,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     run_round(scheduler, requests(1, 0, True))  # warm up (first forward passes, allocator)
     report: dict[str, Any] = {
-        "device": arguments.device,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "model": f"random weights, shape {arguments.shape}" if arguments.random_model else "SmolLM2-135M-Instruct",
         "max_tokens": arguments.max_tokens,
         "mask_threads": arguments.mask_threads,
         "batches": {},
     }
     for batch in arguments.batches:
-        gaps: dict[bool, list[float]] = {False: [], True: []}
-        ttft: dict[bool, list[float]] = {False: [], True: []}
-        processor.seconds.clear()
-        for round_index in range(arguments.rounds):
-            for constrained in (False, True):
-                for sink in run_round(scheduler, requests(batch, round_index * batch, constrained)):
-                    gaps[constrained].extend(token_gaps(sink))
-                    ttft[constrained].append(sink.stamps[0][0] - sink.submitted)
-        free, bound = stats_ms(gaps[False]), stats_ms(gaps[True])
-        result = {
-            "unconstrained_tbt_ms": free,
-            "constrained_tbt_ms": bound,
-            "tbt_p50_overhead": bound["p50"] / free["p50"] - 1,
-            "unconstrained_ttft_ms_p50": statistics.median(ttft[False]) * 1e3,
-            "constrained_ttft_ms_p50": statistics.median(ttft[True]) * 1e3,
-            "processor_ms_per_step": stats_ms(processor.seconds),
-        }
+        result = measure_batch(scheduler, processor, requests, batch, arguments.rounds)
         report["batches"][str(batch)] = result
         logger.info("batch %d: %s", batch, json.dumps(result))
     scheduler.shutdown()

@@ -72,6 +72,15 @@ class EngineSettings(_Section):
         description="Where converted models are cached (makes restarts fast).",
     )
     max_batch_size: int = Field(8, ge=1, description="Most sequences decoded together in one step.")
+    max_queue_size: int = Field(
+        1024, ge=1, description="Most requests waiting to start; more are refused (Triton UNAVAILABLE, HTTP 503)."
+    )
+    max_kv_tokens: int | None = Field(
+        None,
+        ge=16,
+        description="KV-cache budget in tokens (prompt + max_tokens reserved per running request); "
+        "default: max_batch_size x context length.",
+    )
     max_model_len: int | None = Field(
         None, ge=16, description="Context length: prompt plus completion tokens (default: the model's)."
     )

@@ -145,6 +145,19 @@ def test_unconstrained_neighbours_are_not_affected(scheduler: Scheduler, loaded_
     jsonschema.validate(json.loads(json_sink.text), PERSON)
 
 
+def test_requests_joining_and_leaving_mid_stream_stay_valid(scheduler: Scheduler, loaded_model: Any) -> None:
+    """Six constrained requests through a batch of four: masks computed ahead must follow the joins."""
+    names = ["Ann", "Bob", "Cid", "Dee", "Eve", "Fay"]
+    requests = [
+        constrained(chat(loaded_model, f"JSON for {name}, {20 + i}."), GuideType.JSON_SCHEMA, json.dumps(PERSON))
+        for i, name in enumerate(names)
+    ]
+    for sink in generate(scheduler, *requests):
+        assert sink.error is None
+        jsonschema.validate(json.loads(sink.text), PERSON)
+    assert scheduler.load == (0, 0)
+
+
 def test_a_matcher_error_ends_only_its_own_request(scheduler: Scheduler, loaded_model: Any) -> None:
     tokenizer = loaded_model.tokenizer
     (letter,) = tokenizer.encode("x", add_special_tokens=False)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 
-from backend.errors import InvalidRequest
+from backend.errors import InvalidRequest, Unavailable
 from backend.requests import EngineRequest, LogitsPostProcessor, SamplingParams
 from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
@@ -171,3 +172,48 @@ def test_stop_strings_end_generation(scheduler: Scheduler, tokenizer: Any) -> No
     assert stopped.text == free.text[: free.text.find(stop)]
     assert stopped.outputs[-1].finish_reason == FinishReason.STOP
     assert stopped.outputs[-1].completion_tokens < 20
+
+
+def test_a_full_queue_refuses_at_once(loaded_model: Any, tokenizer: Any) -> None:
+    engine = TorchEngine(loaded_model.model, torch.device("cpu"))
+    idle = Scheduler(
+        engine, tokenizer, loaded_model.eos_token_ids, max_batch_size=1, max_model_len=512, max_queue_size=2
+    )  # not started: nothing leaves the queue
+    idle.submit(request(tokenizer, "a"), RecordingSink())
+    idle.submit(request(tokenizer, "b"), RecordingSink())
+    with pytest.raises(Unavailable, match="queue is full"):
+        idle.submit(request(tokenizer, "c"), RecordingSink())
+    assert idle.load == (0, 2)
+
+
+class TimedSink(RecordingSink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_at = self.final_at = 0.0
+
+    def send(self, output: GenerationOutput, *, final: bool) -> None:
+        now = time.monotonic()
+        self.first_at = self.first_at or now
+        if final:
+            self.final_at = now
+        super().send(output, final=final)
+
+
+def test_the_kv_budget_holds_back_requests_that_would_exceed_it(loaded_model: Any, tokenizer: Any) -> None:
+    engine = TorchEngine(loaded_model.model, torch.device("cpu"))
+    prompt = "The sky is"
+    need = len(tokenizer.encode(prompt)) + 6
+    bounded = Scheduler(
+        engine, tokenizer, loaded_model.eos_token_ids, max_batch_size=4, max_model_len=512, max_kv_tokens=need + 2
+    )
+    bounded.start()
+    try:
+        first, second = TimedSink(), TimedSink()
+        bounded.submit(request(tokenizer, prompt, max_tokens=6, stream=True), first)
+        bounded.submit(request(tokenizer, prompt, max_tokens=6, stream=True), second)
+        first.wait()
+        second.wait()
+    finally:
+        bounded.shutdown()
+    assert second.first_at >= first.final_at  # the budget fits one at a time: the second waited
+    assert second.text == first.text
