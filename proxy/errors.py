@@ -78,9 +78,13 @@ def as_proxy_error(error: BaseException) -> ProxyError:
     return InternalError(f"internal error: {type(error).__name__}")
 
 
+RETRY_AFTER_SECONDS = 1
+
+
 def http_response(error: BaseException) -> JSONResponse:
     proxy_error = as_proxy_error(error)
-    return JSONResponse(error_body(proxy_error), status_code=proxy_error.status)
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if proxy_error.status == 503 else None
+    return JSONResponse(error_body(proxy_error), status_code=proxy_error.status, headers=headers)
 
 
 def sse_event(error: BaseException) -> bytes:

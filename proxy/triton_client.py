@@ -47,7 +47,8 @@ def _rpc_error(error: grpc.aio.AioRpcError) -> ProxyError:
     error_type = _STATUS_ERRORS.get(error.code(), InternalError)
     details = error.details() or error.code().name
     if error.code() == grpc.StatusCode.UNAVAILABLE:
-        details = f"Triton is unavailable: {details}"
+        # Either Triton itself (connection refused, restarting) or the backend refusing work (full queue).
+        details = f"unavailable, retry later: {details}"
     return error_type(details)
 
 

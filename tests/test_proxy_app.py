@@ -682,6 +682,14 @@ async def test_sdk_sees_unavailable_backend_as_503(sdk: openai.AsyncOpenAI, clie
     assert caught.value.status_code == 503
 
 
+async def test_a_503_says_when_to_retry(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    client.script(HELLO_WORLD, error=ServiceUnavailableError("the request queue is full"), error_after=0)
+    response = await http.post("/v1/chat/completions", json=_chat())
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert "queue is full" in response.json()["error"]["message"]
+
+
 async def test_sdk_raises_on_an_error_event_mid_stream(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
     client.script(HELLO_WORLD, error=ServiceUnavailableError("Triton went away"), error_after=1)
     stream = await sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], stream=True)
