@@ -192,7 +192,14 @@ class GuidanceLogitsProcessor:
     @staticmethod
     def _consume_one(state: _MatcherState, token: int) -> None:
         state.consumed += 1
-        if state.error is None and not state.matcher.consume_token(token):
+        if state.error is not None:
+            return
+        try:
+            accepted = state.matcher.consume_token(token)
+        except Exception as exc:  # an llguidance failure is this request's, never the batch's
+            state.error = f"the constraint failed on a token: {exc}"
+            return
+        if not accepted:
             state.error = f"the constraint rejected a token: {state.matcher.get_error()}"
 
     @staticmethod
