@@ -27,7 +27,7 @@ from backend.detokenizer import Decoder, IncrementalDetokenizer
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
 from backend.requests import EngineRequest, ResponseSink
-from backend.sampling import apply_penalties, make_generator, sample_token
+from backend.sampling import apply_penalties, greedy_tokens, make_generator, sample_token
 from backend.stop_strings import StopStringFilter
 from llgtriton.wire import FinishReason, GenerationOutput
 
@@ -153,8 +153,8 @@ class Scheduler:
             if joined is not None:
                 rows.append((joined, self._engine.prefill(joined.seq_id, request.prompt_ids)))
         self._constrain(rows)
-        for seq, row in rows:
-            self._advance(seq, row)
+        for seq, token in self._sample(rows):
+            self._advance(seq, token)
         self._compute_masks_ahead()
 
     def _compute_masks_ahead(self) -> None:
@@ -207,25 +207,42 @@ class Scheduler:
         self._running.append(seq)
         return seq
 
-    def _advance(self, seq: _Sequence, logits: torch.Tensor) -> None:
-        """Post-process, sample and emit one token of ``seq``."""
+    def _sample(self, rows: list[tuple[_Sequence, torch.Tensor]]) -> list[tuple[_Sequence, int]]:
+        """A token for every row whose request is still healthy.
+
+        Each request's own hook, penalties and seeded draw run per row (a failure ends only that
+        request); the greedy rows are then decided together, with one device round trip.
+        """
+        sampled: list[tuple[_Sequence, int]] = []
+        greedy: list[tuple[_Sequence, torch.Tensor]] = []
+        for seq, logits in rows:
+            request = seq.request
+            constraint_error = self._guidance[0].error(seq.seq_id) if self._guidance is not None else None
+            if constraint_error is not None:
+                self._abort(seq, BackendError(constraint_error))
+                continue
+            try:
+                if request.logits_processor is not None:
+                    token_ids = [[*request.prompt_ids, *seq.generated]]
+                    view = logits.view(1, 1, -1)
+                    request.logits_processor(seq.seq_id, view, token_ids, self._engine.stream_ptr, seq.seq_id)
+                apply_penalties(logits, seq.generated, request.sampling)
+                if request.sampling.greedy:
+                    greedy.append((seq, logits))
+                else:
+                    sampled.append((seq, sample_token(logits, request.sampling, seq.generator)))
+            except Exception as exc:  # a failing hook fails its own request, never the batch
+                if not isinstance(exc, BackendError):
+                    logger.exception("logits post-processing failed for request %s", request.request_id)
+                self._abort(seq, exc)
+        if greedy:
+            tokens = greedy_tokens([logits for _, logits in greedy])
+            sampled.extend(zip((seq for seq, _ in greedy), tokens, strict=True))
+        return sampled
+
+    def _advance(self, seq: _Sequence, token: int) -> None:
+        """Emit ``token``, the next token of ``seq``: detokenize, check stop conditions, respond."""
         request = seq.request
-        constraint_error = self._guidance[0].error(seq.seq_id) if self._guidance is not None else None
-        if constraint_error is not None:
-            self._abort(seq, BackendError(constraint_error))
-            return
-        try:
-            if request.logits_processor is not None:
-                token_ids = [[*request.prompt_ids, *seq.generated]]
-                view = logits.view(1, 1, -1)
-                request.logits_processor(seq.seq_id, view, token_ids, self._engine.stream_ptr, seq.seq_id)
-            apply_penalties(logits, seq.generated, request.sampling)
-            token = sample_token(logits, request.sampling, seq.generator)
-        except Exception as exc:  # a failing hook fails its own request, never the batch
-            if not isinstance(exc, BackendError):
-                logger.exception("logits post-processing failed for request %s", request.request_id)
-            self._abort(seq, exc)
-            return
         seq.generated.append(token)
         if token in self._eos:
             self._finish(seq, FinishReason.STOP, self._drain(seq))
