@@ -96,6 +96,12 @@ class Scheduler:
         with self._wakeup:
             if self._stopping:
                 raise Unavailable("the backend is shutting down")
+            need = kv_tokens(request)
+            if need > self._max_kv_tokens:  # it could never be admitted: refuse instead of blocking the queue
+                raise InvalidRequest(
+                    f"the request needs {need} tokens of KV cache ({len(request.prompt_ids)} prompt + "
+                    f"{request.max_tokens} to generate); the engine's budget is {self._max_kv_tokens}"
+                )
             if len(self._waiting) >= self._max_queue_size:
                 raise Unavailable(f"the request queue is full ({self._max_queue_size} waiting); retry later")
             self._waiting.append((request, sink))

@@ -53,9 +53,7 @@ class GenerationService:
         chat_template: ChatTemplate,
         scheduler: Scheduler,
         grammars: GrammarCache,
-        max_kv_tokens: int | None = None,
     ) -> None:
-        self._max_kv_tokens = max_kv_tokens
         self._loaded = loaded
         self._chat_template = chat_template
         self._scheduler = scheduler
@@ -91,7 +89,7 @@ class GenerationService:
             loaded.max_model_len,
             settings.max_batch_size,
         )
-        return cls(loaded, chat_template, scheduler, grammars, settings.max_kv_tokens)
+        return cls(loaded, chat_template, scheduler, grammars)
 
     @property
     def max_model_len(self) -> int:
@@ -129,12 +127,6 @@ class GenerationService:
             max_tokens <= room,
             f"the context is {self.max_model_len} tokens, but {len(ids) + max_tokens} were requested "
             f"({len(ids)} in the prompt, {max_tokens} to generate)",
-        )
-        budget = self._max_kv_tokens
-        _check(
-            budget is None or len(ids) + max_tokens <= budget,
-            f"the request needs {len(ids) + max_tokens} tokens of KV cache ({len(ids)} prompt + {max_tokens} to "
-            f"generate); the engine's budget is {budget}",
         )
         return EngineRequest(
             request_id=request_id,

@@ -217,3 +217,13 @@ def test_the_kv_budget_holds_back_requests_that_would_exceed_it(loaded_model: An
         bounded.shutdown()
     assert second.first_at >= first.final_at  # the budget fits one at a time: the second waited
     assert second.text == first.text
+
+
+def test_a_request_larger_than_the_kv_budget_is_refused_not_queued(loaded_model: Any, tokenizer: Any) -> None:
+    engine = TorchEngine(loaded_model.model, torch.device("cpu"))
+    small = Scheduler(
+        engine, tokenizer, loaded_model.eos_token_ids, max_batch_size=1, max_model_len=512, max_kv_tokens=16
+    )
+    with pytest.raises(InvalidRequest, match="budget is 16"):
+        small.submit(request(tokenizer, "The sky is", max_tokens=20), RecordingSink())
+    assert small.load == (0, 0)

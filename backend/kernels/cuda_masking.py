@@ -282,6 +282,8 @@ class CudaBitmaskApplier:
         for size, stride in zip(logits.shape[:-1], logits.stride()[:-1], strict=True):
             offsets = (offsets[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride).reshape(-1)
         rows, item, start = len(offsets), logits.element_size(), logits.data_ptr()
+        if rows == 0:
+            return "", 0
         if rows > self._max_rows:
             raise ValueError(f"{rows} rows; call host_masks({rows}) first")
         strides = [s for size, s in zip(logits.shape[:-1], logits.stride()[:-1], strict=True) if size > 1]
