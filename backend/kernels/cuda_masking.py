@@ -32,6 +32,7 @@ THREADS_PER_BLOCK = 256
 _WARPS = THREADS_PER_BLOCK // 32
 _LOGITS_PER_WARP = 1024
 _CU_EVENT_DISABLE_TIMING = 2
+_CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 _BLOCKS_PER_SM = 2048 // THREADS_PER_BLOCK
 _WAVES = 4  # enough blocks to fill every SM this many times over; more just adds block launches
 _KERNELS = {
@@ -67,6 +68,7 @@ class _Driver:
             "cuEventCreate": [ctypes.POINTER(_void_p), ctypes.c_uint],
             "cuEventRecord": [_void_p, _void_p],
             "cuEventSynchronize": [_void_p],
+            "cuFuncGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, _void_p],
         }
         for name, argtypes in signatures.items():
             getattr(lib, name).argtypes = argtypes
@@ -86,7 +88,16 @@ class _Driver:
 class CudaBitmaskApplier:
     """Applies int32 ``[rows, words]`` bitmasks to logits rows on one CUDA device."""
 
-    def __init__(self, device: torch.device, max_rows: int, vocab_size: int) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        max_rows: int,
+        vocab_size: int,
+        *,
+        waves: int = _WAVES,
+        defines: Sequence[str] = (),
+    ) -> None:
+        """``waves`` and ``defines`` (``-D`` macros for the kernel source) exist for the benchmark's variants."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -99,7 +110,7 @@ class CudaBitmaskApplier:
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
         sms = pycuda_device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
-        self._target_blocks: int = int(sms) * _BLOCKS_PER_SM * _WAVES
+        self._target_blocks: int = int(sms) * _BLOCKS_PER_SM * waves
         self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
         self._last_kernel = ""
         self._last_rows = 0
@@ -108,7 +119,10 @@ class CudaBitmaskApplier:
             self._primary = self._driver.current_context()
             major, minor = pycuda_device.compute_capability()
             cubin = compile_cuda(
-                KERNEL_SOURCE.read_text(), no_extern_c=True, options=["-O3"], arch=f"sm_{major}{minor}"
+                KERNEL_SOURCE.read_text(),
+                no_extern_c=True,
+                options=["-O3", *(f"-D{define}" for define in defines)],
+                arch=f"sm_{major}{minor}",
             )
             module = _void_p()
             self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
@@ -134,6 +148,16 @@ class CudaBitmaskApplier:
         self._grids: dict[tuple[str, int], int] = {}
         self._primary_threads: set[int] = set()
         self._row_base, self._row_stride = 0, 0  # uniform rows: base + row * stride; stride 0: the array
+
+    def registers(self) -> dict[str, int]:
+        """Registers per thread of each kernel (they bound how many blocks an SM holds at once)."""
+        counts = {}
+        for name, function in self._functions.items():
+            value = ctypes.c_int()
+            result = self._driver.lib.cuFuncGetAttribute(ctypes.byref(value), _CU_FUNC_ATTRIBUTE_NUM_REGS, function)
+            self._driver.check(result, "cuFuncGetAttribute")
+            counts[name] = value.value
+        return counts
 
     # Buffers ----------------------------------------------------------------------------------
 

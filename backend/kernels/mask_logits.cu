@@ -21,6 +21,31 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+// Build-time knobs. The defaults won the most cells against xgrammar's kernel in
+// `python -m bench.mask_kernel --variant ...` runs on an H200 (docs/benchmarks.md):
+//   LLGT_PHASE_PIECES: vectors per lane loaded before the first store of a chunk (registers vs
+//                      loads in flight);
+//   LLGT_MIN_BLOCKS:   blocks of 256 threads an SM must hold at once (__launch_bounds__);
+//   LLGT_STREAM_STORES: 1 marks stores of logits evict-first (st.global.cs): each is written once;
+//   LLGT_CHUNKS_PER_PASS: chunks whose mask words a warp loads at once.
+#ifndef LLGT_PHASE_PIECES
+#define LLGT_PHASE_PIECES 4
+#endif
+#ifndef LLGT_CHUNKS_PER_PASS
+#define LLGT_CHUNKS_PER_PASS 4
+#endif
+#ifndef LLGT_MIN_BLOCKS
+#define LLGT_MIN_BLOCKS 1
+#endif
+#ifndef LLGT_STREAM_STORES
+#define LLGT_STREAM_STORES 1
+#endif
+#if LLGT_STREAM_STORES
+#define LLGT_STORE_VEC(p, v) __stcs((p), (v))
+#else
+#define LLGT_STORE_VEC(p, v) (*(p) = (v))
+#endif
+
 template <typename T> struct NegInf;
 template <> struct NegInf<float> { static constexpr uint32_t pattern = 0xff800000u; };
 template <> struct NegInf<__half> { static constexpr uint32_t pattern = 0xfc00fc00u; };
@@ -44,53 +69,58 @@ __device__ __forceinline__ uint32_t select_word(uint32_t value, uint32_t bits) {
     }
 }
 
-constexpr int CHUNKS_PER_PASS = 4;  // mask words of this many chunks are loaded at once (picked below)
+constexpr int CHUNKS_PER_PASS = LLGT_CHUNKS_PER_PASS;  // mask words of this many chunks are loaded at once
 
 template <typename T, int VEC>
 __device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word, int base, int lane, int vocab) {
     constexpr int PIECES = 1024 / (32 * VEC);
+    constexpr int PHASE = PIECES < LLGT_PHASE_PIECES ? PIECES : LLGT_PHASE_PIECES;
     constexpr uint32_t ALL = (1u << VEC) - 1u;
     constexpr int PER_WORD = 4 / sizeof(T);  // elements in 32 bits
-    // Two phases, so every load of the chunk is in flight before the first store.
-    uint32_t bits[PIECES];
-    uint4 values[PIECES];
+    // PHASE vectors at a time, loads then stores, so a phase's loads are all in flight before its
+    // first store; fewer vectors per phase means fewer registers and more warps per SM.
 #pragma unroll
-    for (int it = 0; it < PIECES; ++it) {
-        const int piece = it * 32 + lane;  // this lane's vector inside the chunk
-        const uint32_t source = __shfl_sync(0xffffffffu, word, (piece * VEC) >> 5);
-        bits[it] = (source >> ((piece * VEC) & 31)) & ALL;
-        if constexpr (VEC > 1) {
-            const int first = base + piece * VEC;
-            if (first + VEC <= vocab && bits[it] != ALL && bits[it] != 0u) {
-                values[it] = *reinterpret_cast<const uint4*>(logits + first);
+    for (int start = 0; start < PIECES; start += PHASE) {
+        uint32_t bits[PHASE];
+        uint4 values[PHASE];
+#pragma unroll
+        for (int it = 0; it < PHASE; ++it) {
+            const int piece = (start + it) * 32 + lane;  // this lane's vector inside the chunk
+            const uint32_t source = __shfl_sync(0xffffffffu, word, (piece * VEC) >> 5);
+            bits[it] = (source >> ((piece * VEC) & 31)) & ALL;
+            if constexpr (VEC > 1) {
+                const int first = base + piece * VEC;
+                if (first + VEC <= vocab && bits[it] != ALL && bits[it] != 0u) {
+                    values[it] = *reinterpret_cast<const uint4*>(logits + first);
+                }
             }
         }
-    }
 #pragma unroll
-    for (int it = 0; it < PIECES; ++it) {
-        const int first = base + (it * 32 + lane) * VEC;
-        if (first >= vocab || bits[it] == ALL) {
-            continue;
-        }
-        if constexpr (VEC == 1) {
-            logits[first] = neg_inf_scalar<T>();
-        } else if (first + VEC <= vocab) {
-            uint4 out;
-            if (bits[it] == 0u) {  // nothing allowed: write without reading
-                const uint32_t p = NegInf<T>::pattern;
-                out = make_uint4(p, p, p, p);
-            } else {
-                const uint32_t b = bits[it];
-                out.x = select_word<T>(values[it].x, b);
-                out.y = select_word<T>(values[it].y, b >> PER_WORD);
-                out.z = select_word<T>(values[it].z, b >> (2 * PER_WORD));
-                out.w = select_word<T>(values[it].w, b >> (3 * PER_WORD));
+        for (int it = 0; it < PHASE; ++it) {
+            const int first = base + ((start + it) * 32 + lane) * VEC;
+            if (first >= vocab || bits[it] == ALL) {
+                continue;
             }
-            *reinterpret_cast<uint4*>(logits + first) = out;
-        } else {  // the row's last, partial vector
-            for (int k = 0; first + k < vocab; ++k) {
-                if (!((bits[it] >> k) & 1u)) {
-                    logits[first + k] = neg_inf_scalar<T>();
+            if constexpr (VEC == 1) {
+                logits[first] = neg_inf_scalar<T>();
+            } else if (first + VEC <= vocab) {
+                uint4 out;
+                if (bits[it] == 0u) {  // nothing allowed: write without reading
+                    const uint32_t p = NegInf<T>::pattern;
+                    out = make_uint4(p, p, p, p);
+                } else {
+                    const uint32_t b = bits[it];
+                    out.x = select_word<T>(values[it].x, b);
+                    out.y = select_word<T>(values[it].y, b >> PER_WORD);
+                    out.z = select_word<T>(values[it].z, b >> (2 * PER_WORD));
+                    out.w = select_word<T>(values[it].w, b >> (3 * PER_WORD));
+                }
+                LLGT_STORE_VEC(reinterpret_cast<uint4*>(logits + first), out);
+            } else {  // the row's last, partial vector
+                for (int k = 0; first + k < vocab; ++k) {
+                    if (!((bits[it] >> k) & 1u)) {
+                        logits[first + k] = neg_inf_scalar<T>();
+                    }
                 }
             }
         }
@@ -131,8 +161,12 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
             // A chunk whose words all allow everything is left alone (the warp agrees, then moves on).
             // Words past the mask but inside the vocabulary disallow everything.
             const int word_index = chunk * 32 + lane;
-            // (a constant-index pick keeps `words` in registers inside the rolled loop)
-            const uint32_t loaded = c == 0 ? words[0] : c == 1 ? words[1] : c == 2 ? words[2] : words[3];
+            // (constant-index picks keep `words` in registers inside the rolled loop)
+            uint32_t loaded = words[0];
+#pragma unroll
+            for (int k = 1; k < CHUNKS_PER_PASS; ++k) {
+                loaded = c == k ? words[k] : loaded;
+            }
             const uint32_t word = (chunk < chunks && word_index >= mask_words) ? 0u : loaded;
             if (chunk >= chunks || __all_sync(0xffffffffu, word == 0xffffffffu)) {
                 continue;
@@ -199,7 +233,7 @@ __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base,
 }
 
 #define LLGT_ENTRY(name, body, T)                                                                    \
-    extern "C" __global__ void name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, \
+    extern "C" __global__ void __launch_bounds__(256, LLGT_MIN_BLOCKS) name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, \
                                     int mask_stride, int mask_words, int vocab) {                     \
         body;                                                                                         \
     }
