@@ -11,7 +11,8 @@ import torch
 class Engine(Protocol):
     """Runs forward passes for sequences the scheduler names by integer id.
 
-    ``prefill`` processes a new sequence's prompt and returns the logits of its next token;
+    ``prefill`` processes new sequences' prompts (batched as the engine sees fit) and returns
+    the logits of their next tokens as ``[len(seq_ids), vocab_size]`` rows in the same order;
     ``decode`` advances every named sequence by one token in a single forward pass and returns
     their next-token logits as ``[len(seq_ids), vocab_size]`` rows in the same order;
     ``release`` forgets a sequence (finished or cancelled).
@@ -26,7 +27,7 @@ class Engine(Protocol):
     @property
     def device(self) -> torch.device: ...
 
-    def prefill(self, seq_id: int, token_ids: Sequence[int]) -> torch.Tensor: ...
+    def prefill(self, seq_ids: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor: ...
 
     def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> torch.Tensor: ...
 

@@ -1,7 +1,7 @@
 """The step loop: requests join and leave between steps; one decode forward pass per step.
 
-Each step: drop cancelled requests, prefill the requests admitted since the last step, decode
-every running sequence in one batched forward pass, run each request's logits post-processor
+Each step: drop cancelled requests, decode every running sequence in one batched forward pass,
+prefill the requests admitted since the last step together, run each request's logits post-processor
 (TensorRT-LLM's signature) on its logits row, sample, then detokenize, check stop conditions
 and send responses. The constrained requests' next masks are then computed on a worker thread
 while the next forward pass runs. The loop runs on its own thread; ``submit`` only enqueues.
@@ -154,10 +154,10 @@ class Scheduler:
         if decoding:
             logits = self._engine.decode([s.seq_id for s in decoding], [s.generated[-1] for s in decoding])
             rows.extend(zip(decoding, logits, strict=True))
-        for request, sink in admitted:
-            joined = self._admit(request, sink)
-            if joined is not None:
-                rows.append((joined, self._engine.prefill(joined.seq_id, request.prompt_ids)))
+        joined = [seq for seq in (self._admit(request, sink) for request, sink in admitted) if seq is not None]
+        if joined:  # every prompt admitted this step, in as few forward passes as the engine can
+            logits = self._engine.prefill([seq.seq_id for seq in joined], [seq.request.prompt_ids for seq in joined])
+            rows.extend(zip(joined, logits, strict=True))
         self._constrain(rows)
         for seq, token in self._sample(rows):
             self._advance(seq, token)

@@ -1,21 +1,35 @@
 """The ``torch`` engine: a Hugging Face causal LM with a batched, left-padded KV cache.
 
-Sequences join the decode batch after their prefill and leave when released; between
-membership changes the batch cache simply grows by one column per step, so steady-state
-decoding copies nothing. On a change the cache is re-padded once (rows dropped, joiners
-left-padded to the common length, all-padding columns trimmed).
+Prompts admitted in the same step are prefilled together: left-padded into batches of at most
+``PREFILL_TOKEN_BUDGET`` tokens (shortest first, so little padding), one forward pass each.
+Sequences then join the decode batch together, with one re-pad of the cache. Between
+membership changes the batch cache grows by one column per step, so steady-state decoding
+copies nothing.
+
+A sequence that leaves only marks its row dead: the row keeps being computed (and ignored)
+until a quarter of the rows are dead or sequences join, and only then is the cache compacted
+(dead rows dropped, all-padding columns trimmed). A departure therefore costs nothing on the
+step it happens, and a batch whose rows leave one by one is compacted a few times, not once per
+departure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+# Padded prompt tokens per prefill forward pass: bounds the activation memory of a burst of arrivals.
+PREFILL_TOKEN_BUDGET = 8192
+_DEAD = -1  # the seq id of a released row that is still in the batch cache
 
-def _layers(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+_Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def _layers(cache: DynamicCache) -> _Layers:
     layers: list[Any] = list(cache.layers)
     return [(layer.keys, layer.values) for layer in layers]
 
@@ -36,17 +50,57 @@ def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([tensor.new_zeros(shape), tensor], dim=-2)
 
 
+def _left_pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    if mask.shape[1] == width:
+        return mask
+    return torch.cat([mask.new_zeros((mask.shape[0], width - mask.shape[1])), mask], dim=1)
+
+
+@dataclass
+class _Group:
+    """Rows of one cache: the decode batch, or prefilled prompts waiting to join it."""
+
+    rows: list[int]  # seq id per row (_DEAD: released)
+    layers: _Layers
+    mask: torch.Tensor  # [rows, columns], 1 = a real token
+
+    def select(self, keep: list[int]) -> _Group:
+        """Only the rows ``keep``, with the columns that are padding in every one of them trimmed."""
+        if keep == list(range(len(self.rows))):
+            return self
+        index = torch.tensor(keep, dtype=torch.long, device=self.mask.device)
+        mask = self.mask.index_select(0, index)
+        trim = int((mask.cumsum(dim=1) == 0).sum(dim=1).min()) if keep else 0
+        layers = [
+            (keys.index_select(0, index)[:, :, trim:], values.index_select(0, index)[:, :, trim:])
+            for keys, values in self.layers
+        ]
+        return _Group([self.rows[row] for row in keep], layers, mask[:, trim:])
+
+    def live(self) -> _Group:
+        return self.select([row for row, seq in enumerate(self.rows) if seq != _DEAD])
+
+
+def _concatenate(groups: Sequence[_Group]) -> _Group:
+    """One cache holding every group's rows, each left-padded to the widest."""
+    width = max(group.mask.shape[1] for group in groups)
+    layers = []
+    for index in range(len(groups[0].layers)):
+        keys = [_left_pad(group.layers[index][0], width - group.mask.shape[1]) for group in groups]
+        values = [_left_pad(group.layers[index][1], width - group.mask.shape[1]) for group in groups]
+        layers.append((torch.cat(keys), torch.cat(values)))
+    mask = torch.cat([_left_pad_mask(group.mask, width) for group in groups])
+    return _Group([seq for group in groups for seq in group.rows], layers, mask)
+
+
 class TorchEngine:
     def __init__(self, model: PreTrainedModel, device: torch.device) -> None:
         self._model = model
         self._device = device
         self._vocab_size = int(model.config.vocab_size)  # the width of the logits rows
-        self._rows: list[int] = []  # seq id of each row of the batch cache
-        self._cache: DynamicCache | None = None
-        self._mask = torch.zeros((0, 0), dtype=torch.long, device=device)  # 1 = real token
-        self._lengths: dict[int, int] = {}
-        self._joining: dict[int, DynamicCache] = {}
-        self._leaving: set[int] = set()
+        self._batch: _Group | None = None
+        self._lengths: dict[int, int] = {}  # tokens in the cache per live sequence
+        self._joining: list[_Group] = []
 
     @property
     def vocab_size(self) -> int:
@@ -62,94 +116,90 @@ class TorchEngine:
             return int(torch.cuda.current_stream(self._device).cuda_stream)
         return 0
 
+    @property
+    def rows(self) -> int:
+        """Rows in the decode batch cache, dead ones included (for tests and metrics)."""
+        return 0 if self._batch is None else len(self._batch.rows)
+
     @torch.inference_mode()
-    def prefill(self, seq_id: int, token_ids: Sequence[int]) -> torch.Tensor:
-        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self._device)
-        out = self._model(input_ids=ids, use_cache=True, logits_to_keep=1)
-        self._joining[seq_id] = out.past_key_values
-        self._lengths[seq_id] = len(token_ids)
-        logits: torch.Tensor = out.logits[0, -1, :]
+    def prefill(self, seq_ids: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Prefill every prompt; ``[len(seq_ids), vocab]`` next-token logits in the order given."""
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        logits: list[torch.Tensor | None] = [None] * len(prompts)
+        start = 0
+        while start < len(order):
+            end = start + 1  # the longest prompt so far is the last one: padded tokens = count * its length
+            while end < len(order) and (end + 1 - start) * len(prompts[order[end]]) <= PREFILL_TOKEN_BUDGET:
+                end += 1
+            chosen = order[start:end]
+            rows = self._prefill_batch([seq_ids[i] for i in chosen], [prompts[i] for i in chosen])
+            for i, row in zip(chosen, rows, strict=True):
+                logits[i] = row
+            start = end
+        return torch.stack([row for row in logits if row is not None])
+
+    def _prefill_batch(self, seq_ids: list[int], prompts: list[Sequence[int]]) -> torch.Tensor:
+        width = max(len(prompt) for prompt in prompts)
+        ids = torch.zeros((len(prompts), width), dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+        ids, mask = ids.to(self._device), mask.to(self._device)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        out = self._model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        self._joining.append(_Group(list(seq_ids), _layers(out.past_key_values), mask))
+        for seq, prompt in zip(seq_ids, prompts, strict=True):
+            self._lengths[seq] = len(prompt)
+        logits: torch.Tensor = out.logits[:, -1, :]
         return logits
 
     @torch.inference_mode()
     def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> torch.Tensor:
-        self._reshape_batch(seq_ids)
-        assert self._cache is not None
-        row_of = {seq: row for row, seq in enumerate(self._rows)}
-        inputs = torch.zeros((len(self._rows), 1), dtype=torch.long, device=self._device)
-        positions = torch.zeros((len(self._rows), 1), dtype=torch.long, device=self._device)
+        batch = self._reshape_batch(seq_ids)
+        row_of = {seq: row for row, seq in enumerate(batch.rows) if seq != _DEAD}
+        inputs = torch.zeros((len(batch.rows), 1), dtype=torch.long)
+        positions = torch.zeros((len(batch.rows), 1), dtype=torch.long)
         for seq, token in zip(seq_ids, token_ids, strict=True):
             inputs[row_of[seq], 0] = token
             positions[row_of[seq], 0] = self._lengths[seq]
-        self._mask = torch.cat([self._mask, self._mask.new_ones((len(self._rows), 1))], dim=1)
+        batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch.rows), 1))], dim=1)
         out = self._model(
-            input_ids=inputs,
-            attention_mask=self._mask,
-            position_ids=positions,
-            past_key_values=self._cache,
+            input_ids=inputs.to(self._device),
+            attention_mask=batch.mask,
+            position_ids=positions.to(self._device),
+            past_key_values=_cache_from(batch.layers),
             use_cache=True,
         )
-        self._cache = out.past_key_values
-        for seq in self._rows:
+        batch.layers = _layers(out.past_key_values)
+        for seq in row_of:
             self._lengths[seq] += 1
         order = torch.tensor([row_of[seq] for seq in seq_ids], device=self._device)
         logits: torch.Tensor = out.logits[:, -1, :].index_select(0, order)
         return logits
 
     def release(self, seq_id: int) -> None:
-        self._joining.pop(seq_id, None)
         self._lengths.pop(seq_id, None)
-        if seq_id in self._rows:
-            self._leaving.add(seq_id)
-        if self._leaving and self._leaving.issuperset(self._rows):
-            self._rows, self._cache, self._leaving = [], None, set()
-            self._mask = self._mask.new_zeros((0, 0))
+        for group in [*self._joining, *([self._batch] if self._batch is not None else [])]:
+            group.rows = [_DEAD if seq == seq_id else seq for seq in group.rows]
+        self._joining = [group for group in self._joining if any(seq != _DEAD for seq in group.rows)]
+        if self._batch is not None and all(seq == _DEAD for seq in self._batch.rows):
+            self._batch = None
 
-    def _reshape_batch(self, seq_ids: Sequence[int]) -> None:
-        """Make the batch cache hold exactly ``seq_ids`` (dropping released rows, adding joiners)."""
-        missing = [seq for seq in seq_ids if seq not in self._rows and seq not in self._joining]
+    def _reshape_batch(self, seq_ids: Sequence[int]) -> _Group:
+        """The batch cache with every sequence of ``seq_ids``: joiners added, compacted when due."""
+        joining = {seq for group in self._joining for seq in group.rows}
+        present = set() if self._batch is None else set(self._batch.rows)
+        missing = [seq for seq in seq_ids if seq not in present and seq not in joining]
         if missing:
             raise KeyError(f"sequences {missing} were never prefilled")
-        if self._leaving:
-            keep = [row for row, seq in enumerate(self._rows) if seq not in self._leaving]
-            self._select_rows(keep)
-            self._leaving = set()
-        joiners = [seq for seq in seq_ids if seq in self._joining]
-        if joiners:
-            self._add_rows(joiners)
-
-    def _select_rows(self, rows: list[int]) -> None:
-        assert self._cache is not None
-        index = torch.tensor(rows, dtype=torch.long, device=self._device)
-        mask = self._mask.index_select(0, index)
-        trim = int((mask.cumsum(dim=1) == 0).sum(dim=1).min()) if rows else 0
-        layers = [
-            (keys.index_select(0, index)[:, :, trim:], values.index_select(0, index)[:, :, trim:])
-            for keys, values in _layers(self._cache)
-        ]
-        self._cache = _cache_from(layers)
-        self._mask = mask[:, trim:]
-        self._rows = [self._rows[row] for row in rows]
-
-    def _add_rows(self, joiners: list[int]) -> None:
-        groups: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] = []
-        if self._cache is not None:
-            groups.append((_layers(self._cache), self._mask))
-        for seq in joiners:
-            mask = torch.ones((1, self._lengths[seq]), dtype=torch.long, device=self._device)
-            groups.append((_layers(self._joining.pop(seq)), mask))
-        width = max(mask.shape[1] for _, mask in groups)
-        layers = []
-        for index in range(len(groups[0][0])):
-            keys = [_left_pad(group[index][0], width - mask.shape[1]) for group, mask in groups]
-            values = [_left_pad(group[index][1], width - mask.shape[1]) for group, mask in groups]
-            layers.append((torch.cat(keys), torch.cat(values)))
-        self._cache = _cache_from(layers)
-        self._mask = torch.cat([_left_pad_mask(mask, width) for _, mask in groups])
-        self._rows = self._rows + joiners
-
-
-def _left_pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
-    if mask.shape[1] == width:
-        return mask
-    return torch.cat([mask.new_zeros((mask.shape[0], width - mask.shape[1])), mask], dim=1)
+        batch = self._batch
+        dead = 0 if batch is None else batch.rows.count(_DEAD)
+        if self._joining:
+            groups = ([batch.live()] if batch is not None else []) + [group.live() for group in self._joining]
+            batch, self._joining = _concatenate(groups), []
+        elif batch is not None and dead * 4 >= len(batch.rows):
+            batch = batch.live()
+        assert batch is not None
+        self._batch = batch
+        return batch

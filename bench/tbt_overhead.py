@@ -1,8 +1,9 @@
 """Time between tokens and time to first token, constrained vs unconstrained, side by side.
 
 Runs the real step scheduler with the real model in this process (CPU by default). At each
-batch size it alternates rounds of unconstrained and JSON-schema-constrained requests (same
-prompts, schemas from JSONSchemaBench) so that both see the same machine state, and reports
+batch size it alternates rounds of JSON-schema-constrained requests (schemas from
+JSONSchemaBench) and the same prompts unconstrained, with the same output lengths, so that both
+see the same machine state and the same batch at every step, and reports
 p50/p99 time between tokens, p50 time to first token, output tokens per second, and the logits
 post-processor's time per step (llguidance masks for the whole batch plus applying them).
 
@@ -123,39 +124,53 @@ def stats_ms(values: Sequence[float]) -> dict[str, float]:
     return {"p50": float(np.percentile(array, 50)), "p99": float(np.percentile(array, 99)), "n": len(values)}
 
 
+RequestFactory = Callable[[int, int, Sequence[int] | None], list[EngineRequest]]
+
+
 def measure_batch(
     scheduler: Scheduler,
     processor: TimedProcessor,
-    requests: Callable[[int, int, bool], list[EngineRequest]],
+    requests: RequestFactory,
     batch: int,
     rounds: int,
 ) -> dict[str, Any]:
-    """Alternate unconstrained and constrained rounds at one batch size; return the figures."""
+    """Rounds of constrained requests, each followed by the same prompts unconstrained; the figures.
+
+    The unconstrained round asks each request for exactly as many tokens as its constrained twin
+    produced (``max_tokens`` = that length; a random-weight model practically never samples EOS),
+    so both sides run the same batch sizes at every step and leave the batch at the same steps:
+    the difference is the constraint, not the output lengths.
+    """
     gaps: dict[bool, list[float]] = {False: [], True: []}
     ttft: dict[bool, list[float]] = {False: [], True: []}
     produced: dict[bool, list[tuple[int, float]]] = {False: [], True: []}
+    lengths: dict[bool, list[int]] = {False: [], True: []}
     processor.seconds.clear()
     for round_index in range(rounds):
-        for constrained in (False, True):
+        twin_lengths: list[int] | None = None
+        for constrained in (True, False):
             started = time.perf_counter()
-            sinks = run_round(scheduler, requests(batch, round_index * batch, constrained))
-            tokens = sum(sink.stamps[-1][1] for sink in sinks)
-            produced[constrained].append((tokens, time.perf_counter() - started))
+            sinks = run_round(scheduler, requests(batch, round_index * batch, None if constrained else twin_lengths))
+            produced[constrained].append((sum(sink.stamps[-1][1] for sink in sinks), time.perf_counter() - started))
+            twin_lengths = [sink.stamps[-1][1] for sink in sinks]
+            lengths[constrained].extend(twin_lengths)
             for sink in sinks:
                 gaps[constrained].extend(token_gaps(sink))
                 ttft[constrained].append(sink.stamps[0][0] - sink.submitted)
     free, bound = stats_ms(gaps[False]), stats_ms(gaps[True])
-    result = {
+    return {
         "unconstrained_tbt_ms": free,
         "constrained_tbt_ms": bound,
         "tbt_p50_overhead": bound["p50"] / free["p50"] - 1,
         "unconstrained_ttft_ms_p50": statistics.median(ttft[False]) * 1e3,
         "constrained_ttft_ms_p50": statistics.median(ttft[True]) * 1e3,
+        "ttft_p50_overhead_ms": (statistics.median(ttft[True]) - statistics.median(ttft[False])) * 1e3,
         "processor_ms_per_step": stats_ms(processor.seconds),
         "unconstrained_tokens_per_s": sum(n for n, _ in produced[False]) / sum(t for _, t in produced[False]),
         "constrained_tokens_per_s": sum(n for n, _ in produced[True]) / sum(t for _, t in produced[True]),
+        "unconstrained_mean_tokens": statistics.mean(lengths[False]),
+        "constrained_mean_tokens": statistics.mean(lengths[True]),
     }
-    return result
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -218,21 +233,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         grammars.append((name, grammar))
     logger.info("%d schemas compile", len(grammars))
 
-    def requests(batch: int, offset: int, constrained: bool) -> list[EngineRequest]:
+    def requests(batch: int, offset: int, twin_lengths: Sequence[int] | None) -> list[EngineRequest]:
+        """Constrained requests (``twin_lengths`` None), or unconstrained ones of exactly those lengths."""
         chosen = [grammars[(offset + i) % len(grammars)] for i in range(batch)]
         return [
             EngineRequest(
                 request_id=name,
                 prompt_ids=tuple(template.render([ChatMessage("user", f"Write a JSON object for {name}.")])),
-                max_tokens=arguments.max_tokens,
+                max_tokens=arguments.max_tokens if twin_lengths is None else max(1, twin_lengths[i]),
                 sampling=SamplingParams(temperature=0.0),
                 stream=True,
-                grammar=grammar if constrained else None,
+                grammar=grammar if twin_lengths is None else None,
             )
-            for name, grammar in chosen
+            for i, (name, grammar) in enumerate(chosen)
         ]
 
-    run_round(scheduler, requests(1, 0, True))  # warm up (first forward passes, allocator)
+    run_round(scheduler, requests(1, 0, None))  # warm up (first forward passes, allocator)
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "model": f"random weights, shape {arguments.shape}" if arguments.random_model else "SmolLM2-135M-Instruct",
