@@ -44,13 +44,20 @@ class GrammarCache:
         self._lock = threading.Lock()
         self.compilations = 0
 
-    def matcher(self, grammar: str) -> LLMatcher:
-        """A fresh matcher for ``grammar``; raises :class:`InvalidRequest` if it does not compile."""
+    def cached_matcher(self, grammar: str) -> LLMatcher | None:
+        """A fresh matcher for ``grammar`` if it is compiled already, else None (nothing is compiled)."""
         with self._lock:
             template = self._compiled.get(grammar)
-            if template is not None:
-                self._compiled.move_to_end(grammar)
-                return template.deep_copy()
+            if template is None:
+                return None
+            self._compiled.move_to_end(grammar)
+            return template.deep_copy()
+
+    def matcher(self, grammar: str) -> LLMatcher:
+        """A fresh matcher for ``grammar``; raises :class:`InvalidRequest` if it does not compile."""
+        cached = self.cached_matcher(grammar)
+        if cached is not None:
+            return cached
         template = LLMatcher(self._tokenizer, grammar, log_level=0)  # compiles with the GIL released
         if template.is_error():
             raise InvalidRequest(f"the constraint does not compile: {template.get_error()}")

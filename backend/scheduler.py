@@ -6,6 +6,11 @@ prefill the requests admitted since the last step together, run each request's l
 and send responses. The constrained requests' next masks are then computed on a worker thread
 while the next forward pass runs. The loop runs on its own thread; ``submit`` only enqueues.
 
+A constrained request whose grammar is not in the cache yet is compiled on a small thread pool
+(llguidance releases the GIL) and joins the queue when it is ready: a burst of new schemas
+never stalls the step loop, and they compile in parallel. Requests may therefore start in a
+different order than they came; a grammar that fails to compile fails its own request.
+
 Admission is bounded twice: at most ``max_batch_size`` sequences run, and the tokens they may
 hold in the KV cache (prompt plus ``max_tokens`` each, reserved at admission) stay within
 ``max_kv_tokens``; requests wait in a queue of at most ``max_queue_size``, and a request that
@@ -18,9 +23,11 @@ import itertools
 import logging
 import threading
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
+from llguidance import LLMatcher
 
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
 from backend.detokenizer import Decoder, IncrementalDetokenizer
@@ -56,6 +63,13 @@ class _Sequence:
         )
 
 
+@dataclass(frozen=True, eq=False)
+class _Waiting:
+    request: EngineRequest
+    sink: ResponseSink
+    matcher: LLMatcher | None  # the request's own copy of its compiled grammar
+
+
 def kv_tokens(request: EngineRequest) -> int:
     """KV-cache tokens a request may hold: reserved whole at admission, so a batch never outgrows it."""
     return len(request.prompt_ids) + request.max_tokens
@@ -73,6 +87,7 @@ class Scheduler:
         guidance: tuple[GuidanceLogitsProcessor, GrammarCache] | None = None,
         max_queue_size: int = 1024,
         max_kv_tokens: int | None = None,
+        compile_threads: int = 4,
     ) -> None:
         self._engine = engine
         self._guidance = guidance
@@ -82,7 +97,9 @@ class Scheduler:
         self._max_model_len = max_model_len
         self._max_queue_size = max_queue_size
         self._max_kv_tokens = max_kv_tokens or max_batch_size * max_model_len
-        self._waiting: deque[tuple[EngineRequest, ResponseSink]] = deque()
+        self._waiting: deque[_Waiting] = deque()
+        self._compiler = ThreadPoolExecutor(max_workers=compile_threads, thread_name_prefix="llgtriton-compile")
+        self._compiling: dict[Future[None], ResponseSink] = {}
         self._running: list[_Sequence] = []
         self._ids = itertools.count()
         self._wakeup = threading.Condition()
@@ -102,21 +119,57 @@ class Scheduler:
                     f"the request needs {need} tokens of KV cache ({len(request.prompt_ids)} prompt + "
                     f"{request.max_tokens} to generate); the engine's budget is {self._max_kv_tokens}"
                 )
-            if len(self._waiting) >= self._max_queue_size:
+            if len(self._waiting) + len(self._compiling) >= self._max_queue_size:
                 raise Unavailable(f"the request queue is full ({self._max_queue_size} waiting); retry later")
-            self._waiting.append((request, sink))
+            matcher = None
+            if request.grammar is not None and self._guidance is not None:
+                matcher = self._guidance[1].cached_matcher(request.grammar)
+                if matcher is None:  # compiled off the loop thread; it joins the queue when ready
+                    future = self._compiler.submit(self._compile_and_enqueue, request, sink)
+                    self._compiling[future] = sink
+                    future.add_done_callback(self._compiled)
+                    return
+            self._waiting.append(_Waiting(request, sink, matcher))
             self._wakeup.notify()
+
+    def _compile_and_enqueue(self, request: EngineRequest, sink: ResponseSink) -> None:
+        assert self._guidance is not None and request.grammar is not None
+        try:
+            matcher = self._guidance[1].matcher(request.grammar)
+        except BackendError as exc:
+            self._send_failure(sink, exc)
+            return
+        with self._wakeup:
+            if self._stopping:
+                self._send_failure(sink, Unavailable("the backend is shutting down"))
+                return
+            self._waiting.append(_Waiting(request, sink, matcher))
+            self._wakeup.notify()
+
+    def _compiled(self, future: Future[None]) -> None:
+        with self._wakeup:
+            sink = self._compiling.pop(future, None)
+        if future.cancelled() and sink is not None:
+            self._send_failure(sink, Unavailable("the backend is shutting down"))
+        elif not future.cancelled() and future.exception() is not None:
+            logger.error("compiling a grammar failed", exc_info=future.exception())
+            if sink is not None:
+                self._send_failure(sink, BackendError(f"compiling the constraint failed: {future.exception()}"))
 
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()
-        self._thread.join(timeout)
+        self._compiler.shutdown(wait=False, cancel_futures=True)  # the cancelled ones fail in _compiled
+        if self._thread.ident is None:  # never started: no loop to fail the waiting requests
+            self._fail_all(Unavailable("the backend is shutting down"))
+        else:
+            self._thread.join(timeout)
 
     @property
     def load(self) -> tuple[int, int]:
-        """(running, waiting) request counts."""
-        return len(self._running), len(self._waiting)
+        """(running, waiting) request counts; waiting includes requests whose grammar is compiling."""
+        return len(self._running), len(self._waiting) + len(self._compiling)
 
     # Loop thread ----------------------------------------------------------------------------
 
@@ -127,15 +180,15 @@ class Scheduler:
                     self._wakeup.wait()
                 if self._stopping:
                     break
-                admitted: list[tuple[EngineRequest, ResponseSink]] = []
+                admitted: list[_Waiting] = []
                 reserved = sum(kv_tokens(seq.request) for seq in self._running)
                 while (
                     self._waiting
                     and len(self._running) + len(admitted) < self._max_batch_size
-                    and reserved + kv_tokens(self._waiting[0][0]) <= self._max_kv_tokens
+                    and reserved + kv_tokens(self._waiting[0].request) <= self._max_kv_tokens
                 ):
                     admitted.append(self._waiting.popleft())
-                    reserved += kv_tokens(admitted[-1][0])
+                    reserved += kv_tokens(admitted[-1].request)
             try:
                 with torch.inference_mode():
                     self._step(admitted)
@@ -145,7 +198,7 @@ class Scheduler:
                     self._abort(seq, exc)
         self._fail_all(Unavailable("the backend is shutting down"))
 
-    def _step(self, admitted: list[tuple[EngineRequest, ResponseSink]]) -> None:
+    def _step(self, admitted: list[_Waiting]) -> None:
         for seq in list(self._running):
             if self._is_cancelled(seq):
                 self._finish_cancelled(seq)
@@ -154,7 +207,7 @@ class Scheduler:
         if decoding:
             logits = self._engine.decode([s.seq_id for s in decoding], [s.generated[-1] for s in decoding])
             rows.extend(zip(decoding, logits, strict=True))
-        joined = [seq for seq in (self._admit(request, sink) for request, sink in admitted) if seq is not None]
+        joined = [seq for seq in map(self._admit, admitted) if seq is not None]
         if joined:  # every prompt admitted this step, in as few forward passes as the engine can
             logits = self._engine.prefill([seq.seq_id for seq in joined], [seq.request.prompt_ids for seq in joined])
             rows.extend(zip(joined, logits, strict=True))
@@ -187,7 +240,8 @@ class Scheduler:
                 [seq.seq_id for seq, _ in constrained],
             )
 
-    def _admit(self, request: EngineRequest, sink: ResponseSink) -> _Sequence | None:
+    def _admit(self, waiting: _Waiting) -> _Sequence | None:
+        request, sink = waiting.request, waiting.sink
         if sink.is_cancelled():
             self._send(sink, GenerationOutput(text="", prompt_tokens=len(request.prompt_ids)), final=True)
             return None
@@ -198,7 +252,8 @@ class Scheduler:
                 return None
             processor, grammars = self._guidance
             try:
-                processor.add(seq_id, grammars.matcher(request.grammar), len(request.prompt_ids))
+                matcher = waiting.matcher or grammars.matcher(request.grammar)
+                processor.add(seq_id, matcher, len(request.prompt_ids))
             except BackendError as exc:
                 self._send_failure(sink, exc)
                 return None
@@ -320,5 +375,5 @@ class Scheduler:
             self._waiting.clear()
         for seq in list(self._running):
             self._abort(seq, error)
-        for _, sink in pending:
-            self._send_failure(sink, error)
+        for waiting in pending:
+            self._send_failure(waiting.sink, error)

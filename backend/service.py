@@ -52,12 +52,10 @@ class GenerationService:
         loaded: LoadedModel,
         chat_template: ChatTemplate,
         scheduler: Scheduler,
-        grammars: GrammarCache,
     ) -> None:
         self._loaded = loaded
         self._chat_template = chat_template
         self._scheduler = scheduler
-        self._grammars = grammars
 
     @classmethod
     def start(cls, settings: EngineSettings) -> GenerationService:
@@ -71,14 +69,13 @@ class GenerationService:
             settings.max_batch_size,
             applier=bitmask_applier(torch.device(settings.device), engine.vocab_size, settings.max_batch_size),
         )
-        grammars = GrammarCache(processor.tokenizer)
         scheduler = Scheduler(
             engine,
             loaded.tokenizer,
             loaded.eos_token_ids,
             max_batch_size=settings.max_batch_size,
             max_model_len=loaded.max_model_len,
-            guidance=(processor, grammars),
+            guidance=(processor, GrammarCache(processor.tokenizer)),
             max_queue_size=settings.max_queue_size,
             max_kv_tokens=settings.max_kv_tokens,
         )
@@ -89,7 +86,7 @@ class GenerationService:
             loaded.max_model_len,
             settings.max_batch_size,
         )
-        return cls(loaded, chat_template, scheduler, grammars)
+        return cls(loaded, chat_template, scheduler)
 
     @property
     def max_model_len(self) -> int:
@@ -104,16 +101,15 @@ class GenerationService:
         _check(len(ids) > 0, "the prompt is empty")
         return ids
 
-    def grammar(self, request: GenerationRequest) -> str | None:
-        """The request's constraint as an llguidance grammar, compiled once to check it (then cached)."""
+    @staticmethod
+    def grammar(request: GenerationRequest) -> str | None:
+        """The request's constraint as an llguidance grammar (the scheduler compiles it, off this thread)."""
         if request.guide_type is None:
             return None
         try:
-            grammar = grammar_for(request.guide_type, request.guide)
+            return grammar_for(request.guide_type, request.guide)
         except GuideError as exc:
             raise InvalidRequest(str(exc)) from None
-        self._grammars.matcher(grammar)
-        return grammar
 
     def prepare(self, request: GenerationRequest, request_id: str) -> EngineRequest:
         grammar = self.grammar(request)

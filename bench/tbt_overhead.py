@@ -152,17 +152,15 @@ def token_gaps(sink: TimingSink) -> list[float]:
     return gaps
 
 
-def run_round(scheduler: Scheduler, grammars: GrammarCache, requests: list[EngineRequest]) -> list[TimingSink]:
+def run_round(scheduler: Scheduler, requests: list[EngineRequest]) -> list[TimingSink]:
     """Submit a burst of requests and wait for all of them.
 
-    As the service does, a constrained request's grammar is compiled (or found in the cache)
-    before it is submitted, on the submitting thread; its time to first token includes that.
+    A constrained request's time to first token includes compiling its grammar (the scheduler
+    compiles new grammars on its pool, off the step loop).
     """
     sinks = []
     for request in requests:
         sinks.append(TimingSink())
-        if request.grammar is not None:
-            grammars.matcher(request.grammar)
         scheduler.submit(request, sinks[-1])
     for sink in sinks:
         sink.done.wait()
@@ -197,7 +195,6 @@ def measure_batch(
     batch: int,
     rounds: int,
     *,
-    grammars: GrammarCache,
     cursor: SchemaCursor,
     phases: PhaseTimer | None = None,
 ) -> dict[str, Any]:
@@ -226,7 +223,7 @@ def measure_batch(
             if phases is not None:
                 phases.side = "constrained" if constrained else "unconstrained"
             started = time.perf_counter()
-            sinks = run_round(scheduler, grammars, requests(batch, offset, None if constrained else twin_lengths))
+            sinks = run_round(scheduler, requests(batch, offset, None if constrained else twin_lengths))
             twin_lengths = [sink.stamps[-1][1] for sink in sinks]
             if round_index < 0:
                 continue
@@ -297,14 +294,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     assert isinstance(processor, TimedProcessor)
     processor.seconds = []
-    grammars = GrammarCache(processor.tokenizer, capacity=1024)
     scheduler = Scheduler(
         engine,
         tokenizer,
         eos,
         max_batch_size=settings.max_batch_size,
         max_model_len=max_model_len,
-        guidance=(processor, grammars),
+        guidance=(processor, GrammarCache(processor.tokenizer, capacity=1024)),
     )
     phases = PhaseTimer(scheduler, engine) if arguments.phases else None
     cursor = SchemaCursor()
@@ -336,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for i, (name, grammar) in enumerate(chosen)
         ]
 
-    run_round(scheduler, grammars, requests(1, cursor.take(1), None))  # warm up (first forward passes)
+    run_round(scheduler, requests(1, cursor.take(1), None))  # warm up (first forward passes)
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "model": f"random weights, shape {arguments.shape}" if arguments.random_model else "SmolLM2-135M-Instruct",
@@ -345,9 +341,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "batches": {},
     }
     for batch in arguments.batches:
-        result = measure_batch(
-            scheduler, processor, requests, batch, arguments.rounds, grammars=grammars, cursor=cursor, phases=phases
-        )
+        result = measure_batch(scheduler, processor, requests, batch, arguments.rounds, cursor=cursor, phases=phases)
         report["batches"][str(batch)] = result
         logger.info("batch %d: %s", batch, json.dumps(result))
     scheduler.shutdown()

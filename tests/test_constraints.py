@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,12 +14,13 @@ import torch
 
 from backend.chat_template import ChatTemplate
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
-from backend.errors import InvalidRequest
+from backend.errors import InvalidRequest, Unavailable
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
 from llgtriton.guides import grammar_for
 from llgtriton.wire import ChatMessage, FinishReason, GuideType
+from tests.test_scheduler import RecordingSink
 from tests.test_scheduler import run as generate
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -198,3 +200,85 @@ def test_a_grammar_that_does_not_compile_is_an_invalid_request(
 ) -> None:
     with pytest.raises(InvalidRequest, match="unknown name"):
         GrammarCache(guidance[0].tokenizer).matcher("start: missing_rule")
+
+
+class _GatedCache(GrammarCache):
+    """A grammar cache whose compilations wait for a gate and record the thread they ran on."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        super().__init__(tokenizer)
+        self.gate = threading.Event()
+        self.threads: list[str] = []
+
+    def matcher(self, grammar: str) -> Any:
+        if self.cached_matcher(grammar) is None:
+            self.threads.append(threading.current_thread().name)
+            assert self.gate.wait(60)
+        return super().matcher(grammar)
+
+
+def _gated_scheduler(
+    loaded_model: Any, processor: GuidanceLogitsProcessor, **kwargs: Any
+) -> tuple[Scheduler, _GatedCache]:
+    engine = TorchEngine(loaded_model.model, torch.device("cpu"))
+    cache = _GatedCache(processor.tokenizer)
+    scheduler = Scheduler(
+        engine,
+        loaded_model.tokenizer,
+        loaded_model.eos_token_ids,
+        max_batch_size=4,
+        max_model_len=1024,
+        guidance=(processor, cache),
+        **kwargs,
+    )
+    return scheduler, cache
+
+
+def test_new_grammars_compile_off_the_step_loop_which_keeps_serving(
+    loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache]
+) -> None:
+    scheduler, cache = _gated_scheduler(loaded_model, guidance[0])
+    scheduler.start()
+    try:
+        prompt = chat(loaded_model, "Describe a person.")
+        compiling = RecordingSink()
+        scheduler.submit(constrained(prompt, GuideType.JSON_SCHEMA, json.dumps(PERSON)), compiling)
+        # While that grammar compiles (held at the gate), an unconstrained request runs to the end.
+        (free,) = generate(scheduler, EngineRequest("free", prompt, 5, GREEDY))
+        assert free.outputs[-1].completion_tokens == 5
+        assert not compiling.done.is_set()
+        assert scheduler.load == (0, 1)  # the compiling request counts as waiting
+        cache.gate.set()
+        compiling.wait()
+        assert compiling.error is None
+        jsonschema.validate(json.loads(compiling.text), PERSON)
+        assert cache.threads and all(name.startswith("llgtriton-compile") for name in cache.threads)
+    finally:
+        cache.gate.set()
+        scheduler.shutdown()
+
+
+def test_a_grammar_that_fails_to_compile_fails_only_its_request(scheduler: Scheduler, loaded_model: Any) -> None:
+    prompt = chat(loaded_model, "Hi")
+    broken = EngineRequest("broken", prompt, 5, GREEDY, grammar="start: missing_rule")
+    bad, good = generate(scheduler, broken, EngineRequest("good", prompt, 5, GREEDY))
+    assert isinstance(bad.error, InvalidRequest) and "unknown name" in str(bad.error)
+    assert good.error is None and good.outputs[-1].completion_tokens == 5
+
+
+def test_compiling_requests_count_against_the_queue_and_fail_on_shutdown(
+    loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache]
+) -> None:
+    scheduler, cache = _gated_scheduler(loaded_model, guidance[0], max_queue_size=2, compile_threads=1)
+    prompt = chat(loaded_model, "Hi")
+    sinks = [RecordingSink(), RecordingSink()]
+    for index, sink in enumerate(sinks):
+        schema = json.dumps({"type": "array", "maxItems": index + 1})
+        scheduler.submit(constrained(prompt, GuideType.JSON_SCHEMA, schema), sink)
+    with pytest.raises(Unavailable, match="queue is full"):
+        scheduler.submit(constrained(prompt, GuideType.JSON, None), RecordingSink())
+    scheduler.shutdown(timeout=1)  # one compile is held at the gate, one is queued behind it
+    cache.gate.set()
+    for sink in sinks:
+        sink.wait()
+        assert isinstance(sink.error, Unavailable)
