@@ -134,9 +134,23 @@ class GuidanceLogitsProcessor:
             self._prefetched = (ids, self._worker.submit(self._compute_ahead, pairs))
 
     def _compute_ahead(self, pairs: list[tuple[int, int]]) -> None:
+        """Consume and compute in parallel with the GIL released: the step loop's thread keeps running."""
         states = [self._states[cid] for cid, _ in pairs]
-        for state, (_, token) in zip(states, pairs, strict=True):
-            self._consume_one(state, token)
+        live = [(state, token) for state, (_, token) in zip(states, pairs, strict=True) if state.error is None]
+        for state in states:
+            state.consumed += 1
+        try:
+            accepted = llguidance.numpy.consume_token_par(self._executor, [(s.matcher, t) for s, t in live])
+        except Exception as exc:
+            # Which matchers consumed the token before the failure is unknown, and retrying could
+            # consume it twice and let the output drift from the grammar: these requests end instead.
+            logger.exception("consuming tokens in parallel failed")
+            for state, _ in live:
+                state.error = f"the constraint failed on a token: {exc}"
+        else:
+            for (state, _), ok in zip(live, accepted, strict=True):
+                if not ok:
+                    state.error = f"the constraint rejected a token: {state.matcher.get_error()}"
         self._fill(states, self._applier.host_masks(len(states)), 0)
 
     def _wait_for_prefetch(self) -> tuple[int, ...]:
@@ -195,19 +209,6 @@ class GuidanceLogitsProcessor:
         for index, state in enumerate(states):
             if state.error is not None:
                 masks[first + index] = self._eos_only
-
-    @staticmethod
-    def _consume_one(state: _MatcherState, token: int) -> None:
-        state.consumed += 1
-        if state.error is not None:
-            return
-        try:
-            accepted = state.matcher.consume_token(token)
-        except Exception as exc:  # an llguidance failure is this request's, never the batch's
-            state.error = f"the constraint failed on a token: {exc}"
-            return
-        if not accepted:
-            state.error = f"the constraint rejected a token: {state.matcher.get_error()}"
 
     @staticmethod
     def _consume(state: _MatcherState, tokens: Sequence[int]) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
+import llguidance.numpy
 import pytest
 import torch
 
@@ -282,3 +283,29 @@ def test_compiling_requests_count_against_the_queue_and_fail_on_shutdown(
     for sink in sinks:
         sink.wait()
         assert isinstance(sink.error, Unavailable)
+
+
+def test_a_failure_while_consuming_ahead_ends_those_requests_not_the_step(
+    loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    processor, cache = guidance
+    grammar = grammar_for(GuideType.JSON, None)
+    processor.add(1001, cache.matcher(grammar), 3)
+    processor.add(1002, cache.matcher(grammar), 3)
+
+    def broken(executor: Any, matchers: Any) -> list[bool]:
+        raise RuntimeError("llguidance bug")
+
+    monkeypatch.setattr(llguidance.numpy, "consume_token_par", broken)
+    (brace,) = loaded_model.tokenizer.encode("{", add_special_tokens=False)
+    try:
+        processor.prefetch([1001, 1002], [brace, brace])
+        logits = [torch.zeros(1, 1, loaded_model.model.config.vocab_size) for _ in range(2)]
+        processor([0, 1], logits, [[[0, 0, 0, brace]]] * 2, 0, [1001, 1002])  # must not raise
+        for cid, row in zip((1001, 1002), logits, strict=True):
+            assert "llguidance bug" in str(processor.error(cid))
+            allowed = torch.isfinite(row.view(-1)).nonzero().view(-1).tolist()
+            assert set(allowed) <= set(loaded_model.eos_token_ids)  # only the end remains possible
+    finally:
+        processor.remove(1001)
+        processor.remove(1002)
