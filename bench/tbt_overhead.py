@@ -209,54 +209,58 @@ def measure_batch(
     grammars: GrammarCache,
     phases: PhaseTimer | None = None,
 ) -> dict[str, Any]:
-    """Rounds of constrained requests, each followed by the same prompts unconstrained; the figures.
+    """Rounds of constrained requests against the same prompts unconstrained, side by side; the figures.
 
-    The unconstrained round asks each request for exactly as many tokens as its constrained twin
-    produced (``max_tokens`` = that length; a random-weight model practically never samples EOS),
-    so both sides run the same batch sizes at every step and leave the batch at the same steps:
-    the difference is the constraint, not the output lengths.
+    Each round first runs its constrained requests once, untimed, to learn their output lengths.
+    The timed pair (in alternating order) is then the same constrained requests again (greedy:
+    the same outputs) and the same prompts unconstrained, each asking for exactly as many tokens
+    as its constrained twin produced (``max_tokens`` = that length; a random-weight model
+    practically never samples EOS). Both sides therefore run the same batch at every step,
+    leave it at the same steps and meet only shapes that the untimed run already met (the side
+    that meets a shape first pays for the allocator's new blocks and first launches). What is
+    left is the constraint's cost.
 
-    Each round's schemas are compiled before it starts (timed separately, as ``compile_ms``), so
-    the constrained requests all start together as their twins do; compiling a new schema
-    happens on the scheduler's pool, off the step loop, and adds its compile time to that
-    request's first token only.
-
-    An untimed pair of rounds comes first: whichever side meets a batch shape first pays for the
-    allocator's new blocks and the kernels' first launches, and that is not the constraint's cost.
+    Each round's schemas are compiled before it starts (timed separately, as ``compile_ms``);
+    in serving, compiling a new schema happens on the scheduler's pool, off the step loop, and
+    delays that request's first token only.
     """
     gaps: dict[bool, list[float]] = {False: [], True: []}
     ttft: dict[bool, list[float]] = {False: [], True: []}
     produced: dict[bool, list[tuple[int, float]]] = {False: [], True: []}
     lengths: dict[bool, list[int]] = {False: [], True: []}
     compile_seconds: list[float] = []
-    for round_index in range(-1, rounds):
+    processor_seconds: list[float] = []
+    ahead_seconds: list[float] = []
+    if phases is not None:
+        phases.take()
+    for round_index in range(rounds):
         offset = cursor.take(batch)
         for request in requests(batch, offset, None):
             assert request.grammar is not None
             started = time.perf_counter()
             grammars.matcher(request.grammar)
             compile_seconds.append(time.perf_counter() - started)
-        if round_index == 0:
-            processor.seconds.clear()
-            processor.ahead_seconds.clear()
-            if phases is not None:
-                phases.take()
-        twin_lengths: list[int] | None = None
-        for constrained in (True, False):
+        if phases is not None:
+            phases.side = "untimed"
+        learned = [sink.stamps[-1][1] for sink in run_round(scheduler, requests(batch, offset, None))]
+        for constrained in (True, False) if round_index % 2 else (False, True):
             if phases is not None:
                 phases.side = "constrained" if constrained else "unconstrained"
+            processor.seconds.clear()
+            processor.ahead_seconds.clear()
             started = time.perf_counter()
-            sinks = run_round(scheduler, requests(batch, offset, None if constrained else twin_lengths))
-            twin_lengths = [sink.stamps[-1][1] for sink in sinks]
-            if round_index < 0:
-                continue
-            produced[constrained].append((sum(twin_lengths), time.perf_counter() - started))
-            lengths[constrained].extend(twin_lengths)
+            sinks = run_round(scheduler, requests(batch, offset, None if constrained else learned))
+            elapsed = time.perf_counter() - started
+            if constrained:
+                processor_seconds.extend(processor.seconds)
+                ahead_seconds.extend(processor.ahead_seconds)
+            produced[constrained].append((sum(sink.stamps[-1][1] for sink in sinks), elapsed))
+            lengths[constrained].extend(sink.stamps[-1][1] for sink in sinks)
             for sink in sinks:
                 gaps[constrained].extend(token_gaps(sink))
                 ttft[constrained].append(sink.stamps[0][0] - sink.submitted)
     free, bound = stats_ms(gaps[False]), stats_ms(gaps[True])
-    phase_ms = phases.take() if phases is not None else {}
+    phase_ms = {k: v for k, v in phases.take().items() if not k.startswith("untimed")} if phases is not None else {}
     return {
         "phase_ms_total": phase_ms,
         "unconstrained_tbt_ms": free,
@@ -265,9 +269,9 @@ def measure_batch(
         "unconstrained_ttft_ms_p50": statistics.median(ttft[False]) * 1e3,
         "constrained_ttft_ms_p50": statistics.median(ttft[True]) * 1e3,
         "ttft_p50_overhead_ms": (statistics.median(ttft[True]) - statistics.median(ttft[False])) * 1e3,
-        "compile_ms": stats_ms(compile_seconds[batch:]),
-        "processor_ms_per_step": stats_ms(processor.seconds),
-        "masks_ahead_ms_per_step": stats_ms(processor.ahead_seconds),
+        "compile_ms": stats_ms(compile_seconds),
+        "processor_ms_per_step": stats_ms(processor_seconds),
+        "masks_ahead_ms_per_step": stats_ms(ahead_seconds),
         "unconstrained_tokens_per_s": sum(n for n, _ in produced[False]) / sum(t for _, t in produced[False]),
         "constrained_tokens_per_s": sum(n for n, _ in produced[True]) / sum(t for _, t in produced[True]),
         "unconstrained_mean_tokens": statistics.mean(lengths[False]),
