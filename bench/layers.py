@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletionChunk
 
 from backend.service import GenerationService
 from llgtriton import wire
@@ -124,23 +125,22 @@ async def via_triton(client: TritonGenerationClient, request: wire.GenerationReq
 
 async def via_proxy(client: openai.AsyncOpenAI, model: str, request: wire.GenerationRequest, index: int) -> Timing:
     assert request.messages is not None
-    extra: dict[str, Any] = {}
+    params: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+        "max_tokens": request.max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "user": f"proxy-{index}",
+    }
     if request.guide is not None:
-        extra["response_format"] = {
+        params["response_format"] = {
             "type": "json_schema",
             "json_schema": {"name": "person", "schema": json.loads(request.guide), "strict": True},
         }
     timing = Timing()
-    stream = await client.chat.completions.create(
-        model=model,
-        messages=[{"role": m.role, "content": m.content} for m in request.messages],  # type: ignore[misc]
-        max_tokens=request.max_tokens,
-        temperature=0.0,
-        stream=True,
-        stream_options={"include_usage": True},
-        user=f"proxy-{index}",
-        **extra,
-    )
+    stream: openai.AsyncStream[ChatCompletionChunk] = await client.chat.completions.create(**params)
     async for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             timing.arrived()
