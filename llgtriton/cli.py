@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from llgtriton.api_keys import accepted_keys
 from llgtriton.logs import configure_logging
 from llgtriton.settings import Settings, SettingsError, add_settings_arguments, load_settings, to_toml
 from llgtriton.triton_server import TritonLaunchError, TritonProcess
@@ -100,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
     try:
         settings = load_settings(arguments, os.environ)
+        accepted_keys(settings.proxy)  # a bad key file stops us now, not after the model has loaded
     except SettingsError as exc:
         sys.stderr.write(f"llgtriton: {exc}\n")
         return 2

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 ENV_PREFIX = "LLGTRITON_"
 EMBEDDED_MODEL = "embedded"
@@ -39,6 +39,20 @@ class ProxySettings(_Section):
     )
     request_timeout_s: float = Field(600.0, gt=0, description="Longest time one request may take, seconds.")
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Largest accepted request body, bytes.")
+    max_concurrent_requests: int | None = Field(
+        None,
+        ge=1,
+        description="Most generation requests the proxy serves at once; more get 429 with Retry-After "
+        "(default: no limit here, Triton's queue bounds the work).",
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="API key clients must send as 'Authorization: Bearer <key>' on /v1 routes "
+        "(default: no key needed). Prefer the environment variable or api_key_file: flags show in ps.",
+    )
+    api_key_file: Path | None = Field(
+        None, description="File of accepted API keys, one per line (several at once: rotate without downtime)."
+    )
 
 
 class TritonSettings(_Section):
@@ -278,6 +292,9 @@ def to_toml(settings: Settings) -> str:
         lines.append("")
         lines.append(f"[{section}]")
         for key, value in data[section].items():
+            if isinstance(value, SecretStr):  # never printed; commented out so the output stays reusable
+                lines.append(f'# {key} = "<hidden>"')
+                continue
             prefix = "# " if value is None else ""
             lines.append(f"{prefix}{key} = {_toml_value('' if value is None else value)}")
     return "\n".join(lines) + "\n"

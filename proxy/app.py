@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from llgtriton.api_keys import accepted_keys
 from llgtriton.settings import ProxySettings
 from proxy.errors import (
     InvalidRequestError,
@@ -29,6 +31,7 @@ from proxy.errors import (
     ProxyError,
     http_response,
 )
+from proxy.guards import ApiKeyGuard, ConcurrencyGuard
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, now
 from proxy.serving import Generations
 from proxy.sse import event_stream
@@ -185,4 +188,7 @@ def create_app(settings: ProxySettings, client: GenerationClient | None = None) 
         HTTPException: _http_error,
         Exception: _unexpected_error,
     }
-    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
+    middleware = [Middleware(ApiKeyGuard, keys=keys)] if (keys := accepted_keys(settings)) else []
+    if settings.max_concurrent_requests is not None:
+        middleware.append(Middleware(ConcurrencyGuard, limit=settings.max_concurrent_requests))
+    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan, middleware=middleware)

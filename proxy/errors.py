@@ -30,6 +30,13 @@ class InvalidRequestError(ProxyError):
     type = "invalid_request_error"
 
 
+class AuthenticationError(ProxyError):
+    """401: an API key is configured and the request did not send a valid one."""
+
+    status = 401
+    type = "invalid_request_error"
+
+
 class NotFoundError(ProxyError):
     """404: unknown model or route."""
 
@@ -47,6 +54,13 @@ class PayloadTooLargeError(ProxyError):
 
     status = 413
     type = "invalid_request_error"
+
+
+class RateLimitError(ProxyError):
+    """429: the proxy already serves ``proxy.max_concurrent_requests`` requests."""
+
+    status = 429
+    type = "rate_limit_exceeded"
 
 
 class ServiceUnavailableError(ProxyError):
@@ -83,8 +97,12 @@ RETRY_AFTER_SECONDS = 1
 
 def http_response(error: BaseException) -> JSONResponse:
     proxy_error = as_proxy_error(error)
-    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if proxy_error.status == 503 else None
-    return JSONResponse(error_body(proxy_error), status_code=proxy_error.status, headers=headers)
+    headers = {}
+    if proxy_error.status in {429, 503}:  # come back soon
+        headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    if proxy_error.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse(error_body(proxy_error), status_code=proxy_error.status, headers=headers or None)
 
 
 def sse_event(error: BaseException) -> bytes:

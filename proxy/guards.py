@@ -1,0 +1,80 @@
+"""ASGI middleware in front of the routes: API keys, then the limit on concurrent generations.
+
+Both answer through ``proxy.errors.http_response``, like every other error. Keys are compared
+in constant time (``hmac.compare_digest`` against every accepted key, no early exit) and never
+logged. Liveness, readiness and metrics stay open, so probes and scrapers need no key.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.errors import AuthenticationError, RateLimitError, http_response
+
+logger = logging.getLogger(__name__)
+
+PROTECTED_PREFIX = "/v1/"
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+def _bearer_token(scope: Scope) -> bytes | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            return token.strip() if scheme.lower() == b"bearer" and token.strip() else None
+    return None
+
+
+class ApiKeyGuard:
+    def __init__(self, app: ASGIApp, keys: list[bytes]) -> None:
+        self._app = app
+        self._keys = keys
+
+    def _valid(self, token: bytes) -> bool:
+        matched = False
+        for key in self._keys:  # every key compared: the time does not say which one came close
+            matched |= hmac.compare_digest(token, key)
+        return matched
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIX):
+            await self._app(scope, receive, send)
+            return
+        token = _bearer_token(scope)
+        if token is None:
+            error = AuthenticationError("missing API key: send 'Authorization: Bearer <key>'", code="invalid_api_key")
+        elif not self._valid(token):
+            error = AuthenticationError("invalid API key", code="invalid_api_key")
+        else:
+            await self._app(scope, receive, send)
+            return
+        await http_response(error)(scope, receive, send)
+
+
+class ConcurrencyGuard:
+    """At most ``limit`` generation requests at once, counted until their last byte is sent."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self._app = app
+        self._limit = limit
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in GENERATION_PATHS:
+            await self._app(scope, receive, send)
+            return
+        if self.in_flight >= self._limit:
+            logger.info("refused a request: %d of %d in flight", self.in_flight, self._limit)
+            error = RateLimitError(
+                f"the server is handling its limit of {self._limit} requests; retry later", code="rate_limit_exceeded"
+            )
+            await http_response(error)(scope, receive, send)
+            return
+        self.in_flight += 1
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            self.in_flight -= 1

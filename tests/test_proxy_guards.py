@@ -1,0 +1,138 @@
+"""API keys and the limit on concurrent requests, in front of the proxy's routes (in-process)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from llgtriton import cli, wire
+from llgtriton.settings import Settings, SettingsError, to_toml
+from tests.test_proxy_app import MODEL, ScriptedClient, _app, _assert_error, _chat, _http
+
+SECRET = "sk-test-0123456789abcdef"
+CHAT = "/v1/chat/completions"
+
+
+async def test_with_a_key_configured_v1_routes_need_it(client: ScriptedClient) -> None:
+    async with _http(_app(client, api_key=SECRET)) as http:
+        missing = await http.post(CHAT, json=_chat())
+        _assert_error(missing, 401, "invalid_request_error", code="invalid_api_key")
+        assert missing.headers["www-authenticate"] == "Bearer"
+        wrong = await http.get("/v1/models", headers={"Authorization": f"Bearer {SECRET}x"})
+        _assert_error(wrong, 401, "invalid_request_error", code="invalid_api_key")
+        basic = await http.get("/v1/models", headers={"Authorization": f"Basic {SECRET}"})
+        assert basic.status_code == 401
+        good = await http.post(CHAT, json=_chat(), headers={"Authorization": f"Bearer {SECRET}"})
+        assert good.status_code == 200 and good.json()["choices"][0]["message"]["content"] == "Hello world"
+        # Probes stay open.
+        assert (await http.get("/health")).status_code == 200
+        assert (await http.get("/ready")).status_code == 200
+    assert len(client.requests) == 1  # refused requests never reached Triton
+
+
+async def test_the_sdk_with_the_right_and_a_wrong_key(client: ScriptedClient) -> None:
+    for key, works in ((SECRET, True), ("sk-wrong", False)):
+        async with openai.AsyncOpenAI(
+            base_url="http://test/v1",
+            api_key=key,
+            max_retries=0,
+            http_client=_http(_app(client, api_key=SECRET)),  # type: ignore[arg-type]
+        ) as sdk:
+            call = sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+            if works:
+                assert (await call).choices[0].message.content == "Hello world"
+            else:
+                with pytest.raises(openai.AuthenticationError):
+                    await call
+
+
+async def test_keys_from_a_file_rotate_and_are_never_logged(
+    client: ScriptedClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    key_file = tmp_path / "keys"
+    key_file.write_text(f"# current and next key\n{SECRET}\n\nsk-next-key\n")
+    caplog.set_level(logging.DEBUG)
+    async with _http(_app(client, api_key_file=key_file)) as http:
+        for key in (SECRET, "sk-next-key"):
+            response = await http.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+            assert response.status_code == 200
+        assert (await http.get("/v1/models", headers={"Authorization": "Bearer # current"})).status_code == 401
+    assert SECRET not in caplog.text and "sk-next-key" not in caplog.text
+
+
+def test_an_unreadable_or_empty_key_file_stops_the_proxy_from_starting(client: ScriptedClient, tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="cannot read the API key file"):
+        _app(client, api_key_file=tmp_path / "missing")
+    (tmp_path / "empty").write_text("# nothing yet\n")
+    with pytest.raises(SettingsError, match="holds no key"):
+        _app(client, api_key_file=tmp_path / "empty")
+    # The command line refuses it before starting anything.
+    assert cli.main(["proxy", f"--proxy-api-key-file={tmp_path / 'empty'}"]) == 2
+
+
+def test_print_config_never_shows_the_key() -> None:
+    text = to_toml(Settings.model_validate({"proxy": {"api_key": SECRET}}))
+    assert SECRET not in text
+    assert '# api_key = "<hidden>"' in text
+    assert SECRET not in repr(Settings.model_validate({"proxy": {"api_key": SECRET}}))
+
+
+class GatedClient(ScriptedClient):
+    """Holds every generation at a gate until the test opens it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncIterator[wire.GenerationOutput]:
+        self.started.set()
+        await self.gate.wait()
+        async for output in super().generate(request, request_id):
+            yield output
+
+
+async def test_over_the_concurrency_limit_is_a_429_with_retry_after() -> None:
+    client = GatedClient()
+    async with _http(_app(client, max_concurrent_requests=1)) as http:
+        first = asyncio.create_task(http.post(CHAT, json=_chat(stream=True)))
+        await asyncio.wait_for(client.started.wait(), 5)
+        refused = await http.post("/v1/completions", json={"model": MODEL, "prompt": "x"})
+        _assert_error(refused, 429, "rate_limit_exceeded", code="rate_limit_exceeded")
+        assert refused.headers["retry-after"] == "1"
+        assert (await http.get("/v1/models")).status_code == 200  # only generations count
+        client.gate.set()
+        streamed = await first
+        assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\n\n")
+        again = await http.post(CHAT, json=_chat())  # the slot is free once the stream has ended
+        assert again.status_code == 200
+    assert len(client.requests) == 2  # the refused one never reached Triton
+
+
+async def test_a_client_that_disconnects_frees_its_slot() -> None:
+    client = GatedClient()
+    app = _app(client, max_concurrent_requests=1)
+    async with _http(app) as http:
+        first = asyncio.create_task(http.post(CHAT, json=_chat(stream=True)))
+        await asyncio.wait_for(client.started.wait(), 5)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        client.gate.set()
+        for _ in range(50):  # the cancelled request unwinds on the next loop iterations
+            response = await http.post(CHAT, json=_chat())
+            if response.status_code != 429:
+                break
+            await asyncio.sleep(0.01)
+        assert response.status_code == 200
+
+
+async def test_without_settings_there_is_neither_key_nor_limit(http: httpx.AsyncClient) -> None:
+    responses = await asyncio.gather(*(http.post(CHAT, json=_chat()) for _ in range(20)))
+    assert {response.status_code for response in responses} == {200}
