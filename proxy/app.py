@@ -32,6 +32,7 @@ from proxy.errors import (
     http_response,
 )
 from proxy.guards import ApiKeyGuard, ConcurrencyGuard
+from proxy.metrics import MeteredClient, ProxyMetrics, RequestMetrics
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, now
 from proxy.serving import Generations
 from proxy.sse import event_stream
@@ -164,8 +165,10 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: ProxySettings, client: GenerationClient | None = None) -> Starlette:
     """The proxy app; ``client`` defaults to a Triton gRPC client built from ``settings``."""
-    generation_client = client or TritonGenerationClient(
-        settings.triton_url, settings.model_name, settings.request_timeout_s
+    metrics = ProxyMetrics()
+    generation_client = MeteredClient(
+        client or TritonGenerationClient(settings.triton_url, settings.model_name, settings.request_timeout_s),
+        metrics,
     )
     model_name = settings.served_model_name or settings.model_name
     handlers = Handlers(settings, Generations(generation_client, model_name), generation_client)
@@ -182,13 +185,17 @@ def create_app(settings: ProxySettings, client: GenerationClient | None = None) 
         Route("/v1/completions", handlers.completions, methods=["POST"]),
         Route("/health", handlers.health, methods=["GET"]),
         Route("/ready", handlers.ready, methods=["GET"]),
+        Route("/metrics", metrics.endpoint, methods=["GET"]),
     ]
     exception_handlers: dict[Any, Any] = {
         ProxyError: _proxy_error,
         HTTPException: _http_error,
         Exception: _unexpected_error,
     }
-    middleware = [Middleware(ApiKeyGuard, keys=keys)] if (keys := accepted_keys(settings)) else []
+    # Outermost first: every request is counted, refused ones included; keys before the limit.
+    middleware = [Middleware(RequestMetrics, metrics=metrics)]
+    if keys := accepted_keys(settings):
+        middleware.append(Middleware(ApiKeyGuard, keys=keys))
     if settings.max_concurrent_requests is not None:
         middleware.append(Middleware(ConcurrencyGuard, limit=settings.max_concurrent_requests))
     return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan, middleware=middleware)
