@@ -6,10 +6,11 @@ JSON or server-sent events; every error goes through ``proxy.errors``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from starlette.routing import Route
 from llgtriton.api_keys import accepted_keys
 from llgtriton.settings import ProxySettings
 from proxy.errors import (
+    ClientDisconnectedError,
     InvalidRequestError,
     MethodNotAllowedError,
     NotFoundError,
@@ -41,6 +43,7 @@ from proxy.triton_client import GenerationClient, TritonGenerationClient
 logger = logging.getLogger(__name__)
 
 RequestModel = TypeVar("RequestModel", bound=BaseModel)
+Result = TypeVar("Result")
 
 
 def _json(model: BaseModel, status_code: int = 200) -> Response:
@@ -112,14 +115,14 @@ class Handlers:
     async def chat_completions(self, request: Request) -> Response:
         body = await self._parse(request, ChatCompletionRequest)
         if body.stream:
-            return await _stream(self._generations.chat_stream(body))
-        return _json(await self._generations.chat(body))
+            return await _unless_disconnected(request, _stream(self._generations.chat_stream(body)))
+        return _json(await _unless_disconnected(request, self._generations.chat(body)))
 
     async def completions(self, request: Request) -> Response:
         body = await self._parse(request, CompletionRequest)
         if body.stream:
-            return await _stream(self._generations.completion_stream(body))
-        return _json(await self._generations.completion(body))
+            return await _unless_disconnected(request, _stream(self._generations.completion_stream(body)))
+        return _json(await _unless_disconnected(request, self._generations.completion(body)))
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -128,6 +131,34 @@ class Handlers:
         if await self._client.is_ready():
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "not ready"}, status_code=503)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client hangs up (the body has been read: the next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(request: Request, work: Coroutine[Any, Any, Result]) -> Result:
+    """Await ``work``, cancelling it if the client disconnects first.
+
+    A whole response, or a stream's first chunk, can wait long (the request may be queued); a
+    client that gave up must not keep its generation running. Cancelling ``work`` closes the
+    Triton stream, and the backend frees the request at its next step. (Once a stream has
+    started, Starlette's StreamingResponse watches for the disconnect itself.)
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+    if not task.done() or task.cancelled():
+        logger.info("client disconnected before the response; generation cancelled")
+        raise ClientDisconnectedError("the client disconnected")
+    return task.result()
 
 
 async def _stream(chunks: AsyncIterator[BaseModel]) -> Response:

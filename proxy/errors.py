@@ -77,6 +77,13 @@ class UpstreamTimeoutError(ProxyError):
     type = "timeout"
 
 
+class ClientDisconnectedError(ProxyError):
+    """499 (nginx's "client closed request"): nobody reads it; it marks the request in logs and metrics."""
+
+    status = 499
+    type = "client_closed_request"
+
+
 class InternalError(ProxyError):
     status = 500
     type = "internal_error"

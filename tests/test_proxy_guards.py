@@ -1,11 +1,13 @@
-"""API keys and the limit on concurrent requests, in front of the proxy's routes (in-process)."""
+"""API keys, the limit on concurrent requests and client disconnects, in front of the proxy's routes."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -136,3 +138,57 @@ async def test_a_client_that_disconnects_frees_its_slot() -> None:
 async def test_without_settings_there_is_neither_key_nor_limit(http: httpx.AsyncClient) -> None:
     responses = await asyncio.gather(*(http.post(CHAT, json=_chat()) for _ in range(20)))
     assert {response.status_code for response in responses} == {200}
+
+
+class CancellableClient(GatedClient):
+    """Records that the generation it serves was cancelled (its stream closed by the proxy)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = asyncio.Event()
+
+    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncIterator[wire.GenerationOutput]:
+        try:
+            async for output in super().generate(request, request_id):
+                yield output
+        finally:
+            self.closed.set()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_client_that_hangs_up_while_queued_cancels_its_generation(stream: bool) -> None:
+    client = CancellableClient()
+    app = _app(client)
+    body = json.dumps(_chat(stream=stream)).encode()
+    hung_up = asyncio.Event()
+    messages: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await hung_up.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        pass
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": CHAT,
+        "raw_path": CHAT.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+    }
+    call = asyncio.create_task(app(scope, receive, send))
+    await asyncio.wait_for(client.started.wait(), 5)  # waiting for its first output, as when queued
+    hung_up.set()
+    await asyncio.wait_for(client.closed.wait(), 5)  # the generation was cancelled, not left running
+    await asyncio.wait_for(call, 5)
+    assert not client.gate.is_set()

@@ -1,0 +1,77 @@
+"""Load and cancellation through the real path: abandoned requests must not keep the server busy.
+
+vLLM's cancellation scenario: 200 requests whose clients give up after 0.5 s, then a new request
+must complete within 5 s. Here the new one completes that fast only if the backend freed every
+abandoned request's slot and queue place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import RunningServer
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "SmolLM2-135M-Instruct"
+ABANDONED = 200
+
+
+def _in_flight(server: RunningServer) -> float:
+    text = httpx.get(f"http://127.0.0.1:{server.proxy_port}/metrics", timeout=5).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "llgtriton_proxy_requests_in_flight":
+                return float(sample.value)
+    raise AssertionError("no in-flight gauge in /metrics")
+
+
+async def _abandon(client: openai.AsyncOpenAI, index: int) -> str:
+    messages: list[Any] = [{"role": "user", "content": f"Tell me a very long story, number {index}."}]
+    try:
+        if index % 2:
+            stream = await client.chat.completions.create(
+                model=MODEL,
+                messages=messages,
+                max_tokens=400,
+                stream=True,
+            )
+            async for _ in stream:
+                pass
+        else:
+            await client.chat.completions.create(model=MODEL, messages=messages, max_tokens=400)
+    except openai.APITimeoutError:
+        return "timeout"
+    return "finished"
+
+
+def test_two_hundred_abandoned_requests_then_a_new_one_within_5_s(server: RunningServer) -> None:
+    async def scenario() -> list[str]:
+        async with openai.AsyncOpenAI(
+            base_url=server.openai_base_url, api_key="unused", max_retries=0, timeout=0.5
+        ) as impatient:
+            return await asyncio.gather(*(_abandon(impatient, i) for i in range(ABANDONED)))
+
+    outcomes = asyncio.run(scenario())
+    assert outcomes.count("timeout") >= ABANDONED - 2  # (a request may finish within 0.5 s)
+
+    started = time.monotonic()
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0, timeout=30)
+    response = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=5, temperature=0
+    )
+    elapsed = time.monotonic() - started
+    assert response.choices[0].finish_reason in {"stop", "length"}
+    assert elapsed < 5, f"the new request took {elapsed:.1f} s: abandoned work was still running"
+
+    deadline = time.monotonic() + 10
+    while _in_flight(server) != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _in_flight(server) == 0
