@@ -248,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for noisy in ("httpx", "httpx2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     arguments.out.mkdir(parents=True, exist_ok=True)
     log = arguments.out / "layers_server.log"
     process, proxy_port, grpc_port = start_server(log)

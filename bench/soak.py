@@ -1,0 +1,219 @@
+"""Soak test: many concurrent clients, mixed requests, random cancellations, nothing lost.
+
+Starts ``llgtriton serve`` on loopback (free ports) and runs ``--clients`` closed-loop clients for
+``--seconds`` (and at most ``--max-requests`` requests). Each request is chosen at random:
+streaming or not, constrained by a JSON schema or not, 4 to 48 tokens, and one in five is
+abandoned by its client after 0.05 to 2 s. At the end it checks that the proxy has nothing in
+flight and that a new request completes, and reports requests sent, completed, cancelled,
+errored and lost (must be 0), constrained outputs that fail their schema (must be 0), latency
+percentiles and the memory of the server's processes before and after.
+
+    .venv/bin/python -m bench.soak --clients 64 --seconds 180
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import numpy as np
+import openai
+
+from bench.layers import SCHEMA, start_server
+
+logger = logging.getLogger("bench.soak")
+HANG_TIMEOUT_S = 300.0  # a request still open after this long counts as hung (an error)
+
+
+def _rss_bytes(root: int) -> int:
+    """Resident memory of ``root`` and all its descendants (tritonserver, the python stub), from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])  # field 4: the parent
+    tree, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    total = 0
+    for pid in tree:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        total += sum(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
+    return total
+
+
+async def _in_flight(base: str) -> float:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"{base}/metrics")).text
+    for line in text.splitlines():
+        if line.startswith("llgtriton_proxy_requests_in_flight "):
+            return float(line.split()[1])
+    raise RuntimeError("no in-flight gauge in /metrics")
+
+
+class Soak:
+    def __init__(self, client: openai.AsyncOpenAI, model: str, arguments: argparse.Namespace) -> None:
+        self.client = client
+        self.model = model
+        self.arguments = arguments
+        self.outcomes: Counter[str] = Counter()
+        self.latencies: list[float] = []
+        self.first_tokens: list[float] = []
+        self.errors: Counter[str] = Counter()
+        self.sent = 0
+        self.random = random.Random(arguments.seed)
+
+    async def one(self, index: int) -> None:
+        stream = self.random.random() < 0.5
+        constrained = self.random.random() < 0.5
+        abandon_after = self.random.uniform(0.05, 2.0) if self.random.random() < 0.2 else None
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": f"Describe person {index} in a few words."}],
+            "max_tokens": self.random.randint(4, 48),
+            "temperature": self.random.choice([0.0, 0.7]),
+            "stream": stream,
+        }
+        if constrained:
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "person", "schema": SCHEMA, "strict": True},
+            }
+        self.sent += 1
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(self._run(params, started, constrained), abandon_after or HANG_TIMEOUT_S)
+        except TimeoutError:
+            self.outcomes["cancelled" if abandon_after is not None else "hung"] += 1
+        except openai.APIError as exc:
+            self.outcomes["errored"] += 1
+            self.errors[f"{type(exc).__name__}: {str(exc)[:80]}"] += 1
+
+    async def _run(self, params: dict[str, Any], started: float, constrained: bool) -> None:
+        if params["stream"]:
+            text, finish = [], None
+            chunks = await self.client.chat.completions.create(**params)
+            async for chunk in chunks:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    if not text:
+                        self.first_tokens.append(time.perf_counter() - started)
+                    text.append(chunk.choices[0].delta.content)
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    finish = chunk.choices[0].finish_reason
+            content = "".join(text)
+        else:
+            response = await self.client.chat.completions.create(**params)
+            content, finish = response.choices[0].message.content or "", response.choices[0].finish_reason
+        self.latencies.append(time.perf_counter() - started)
+        self.outcomes["completed"] += 1
+        if constrained and finish == "stop":
+            try:
+                jsonschema.validate(json.loads(content), SCHEMA)
+            except (ValueError, jsonschema.ValidationError):
+                self.outcomes["invalid_constrained_output"] += 1
+
+    async def client_loop(self, deadline: float, counter: list[int]) -> None:
+        while time.monotonic() < deadline and counter[0] < self.arguments.max_requests:
+            counter[0] += 1
+            await self.one(counter[0])
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    array = np.asarray(values)
+    return {"p50_s": float(np.percentile(array, 50)), "p99_s": float(np.percentile(array, 99)), "n": len(values)}
+
+
+async def run(arguments: argparse.Namespace, proxy_port: int, group: int) -> dict[str, Any]:
+    base = f"http://127.0.0.1:{proxy_port}"
+    async with openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=None) as client:
+        model = (await client.models.list()).data[0].id
+        memory_before = _rss_bytes(group)
+        soak = Soak(client, model, arguments)
+        deadline, counter = time.monotonic() + arguments.seconds, [0]
+        started = time.monotonic()
+        await asyncio.gather(*(soak.client_loop(deadline, counter) for _ in range(arguments.clients)))
+        elapsed = time.monotonic() - started
+        settle = time.monotonic() + 30
+        while await _in_flight(base) != 0 and time.monotonic() < settle:
+            await asyncio.sleep(0.5)
+        in_flight = await _in_flight(base)
+        check_started = time.perf_counter()
+        final = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=5, temperature=0
+        )
+        memory_after = _rss_bytes(group)
+    accounted = sum(soak.outcomes[k] for k in ("completed", "cancelled", "errored", "hung"))
+    return {
+        "clients": arguments.clients,
+        "seconds": round(elapsed, 1),
+        "sent": soak.sent,
+        "outcomes": dict(soak.outcomes),
+        "lost": soak.sent - accounted,
+        "errors": dict(soak.errors),
+        "latency_completed": _percentiles(soak.latencies),
+        "time_to_first_token_streamed": _percentiles(soak.first_tokens),
+        "in_flight_after": in_flight,
+        "new_request_after_s": round(time.perf_counter() - check_started, 2),
+        "new_request_finish_reason": final.choices[0].finish_reason,
+        "server_rss_mb_before": round(memory_before / 2**20),
+        "server_rss_mb_after": round(memory_after / 2**20),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=180)
+    parser.add_argument("--max-requests", type=int, default=5000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("httpx", "httpx2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    log = arguments.out / "soak_server.log"
+    process, proxy_port, _ = start_server(log)
+    try:
+        report = asyncio.run(run(arguments, proxy_port, process.pid))
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+    log.unlink()  # kept when the run fails
+    path = arguments.out / "soak_cpu.json"
+    path.write_text(json.dumps(report, indent=2))
+    logger.info("%s", json.dumps(report, indent=2))
+    if report["lost"] or report["outcomes"].get("hung") or report["outcomes"].get("invalid_constrained_output"):
+        raise SystemExit("requests were lost, hung or broke their schema")
+
+
+if __name__ == "__main__":
+    main()
