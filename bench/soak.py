@@ -114,7 +114,8 @@ class Soak:
 
     async def _run(self, params: dict[str, Any], started: float, constrained: bool) -> None:
         if params["stream"]:
-            text, finish = [], None
+            text: list[str] = []
+            finish: str | None = None
             chunks = await self.client.chat.completions.create(**params)
             async for chunk in chunks:
                 if chunk.choices and chunk.choices[0].delta.content:
