@@ -157,7 +157,16 @@ async def run(arguments: argparse.Namespace, proxy_port: int, group: int) -> dic
         soak = Soak(client, model, arguments)
         deadline, counter = time.monotonic() + arguments.seconds, [0]
         started = time.monotonic()
+        memory_series: list[tuple[float, int]] = []
+
+        async def sample_memory() -> None:  # a leak keeps climbing; warm-up growth levels off
+            while True:
+                memory_series.append((round(time.monotonic() - started), round(_rss_bytes(group) / 2**20)))
+                await asyncio.sleep(arguments.seconds / 8)
+
+        sampler = asyncio.create_task(sample_memory())
         await asyncio.gather(*(soak.client_loop(deadline, counter) for _ in range(arguments.clients)))
+        sampler.cancel()
         elapsed = time.monotonic() - started
         settle = time.monotonic() + 30
         while await _in_flight(base) != 0 and time.monotonic() < settle:
@@ -183,6 +192,7 @@ async def run(arguments: argparse.Namespace, proxy_port: int, group: int) -> dic
         "new_request_finish_reason": final.choices[0].finish_reason,
         "server_rss_mb_before": round(memory_before / 2**20),
         "server_rss_mb_after": round(memory_after / 2**20),
+        "server_rss_mb_during": memory_series,
     }
 
 
