@@ -75,3 +75,16 @@ def test_two_hundred_abandoned_requests_then_a_new_one_within_5_s(server: Runnin
     while _in_flight(server) != 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _in_flight(server) == 0
+
+
+def test_a_request_beyond_the_context_is_a_400_with_the_numbers(server: RunningServer) -> None:
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=1_000_000)
+    message = str(caught.value)
+    assert "the context is 8192 tokens" in message and "1000000 to generate" in message
+    # The server goes on serving.
+    response = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
+    )
+    assert response.choices[0].finish_reason in {"stop", "length"}
