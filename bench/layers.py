@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,8 +181,20 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_server(log: Path) -> tuple[subprocess.Popen[bytes], int, int]:
-    """``llgtriton serve`` as ``make serve`` runs it, on free ports; (process, proxy port, gRPC port)."""
+@dataclass(frozen=True)
+class Server:
+    pid: int
+    proxy_port: int
+    grpc_port: int
+
+
+@contextlib.contextmanager
+def running_server(out: Path, name: str) -> Iterator[Server]:
+    """``llgtriton serve`` as ``make serve`` runs it, on free ports, stopped with Ctrl-C at the end.
+
+    Its log goes to ``out/<name>_server.log``, which is kept only when something fails.
+    """
+    log = out / f"{name}_server.log"
     proxy_port, http_port, grpc_port, metrics_port = (_free_port() for _ in range(4))
     argv = [
         sys.executable,
@@ -196,16 +209,34 @@ def start_server(log: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     ]
     with log.open("wb") as handle:
         process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    try:
+        _wait_ready(process, proxy_port, log)
+        yield Server(process.pid, proxy_port, grpc_port)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+    log.unlink()
+
+
+def _wait_ready(process: subprocess.Popen[bytes], proxy_port: int, log: Path) -> None:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and process.poll() is None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{proxy_port}/ready", timeout=2) as response:
                 if response.status == 200:
-                    return process, proxy_port, grpc_port
+                    return
         except OSError:
             time.sleep(0.5)
-    os.killpg(process.pid, signal.SIGKILL)
     raise RuntimeError(f"llgtriton serve did not become ready; see {log}")
+
+
+def quiet_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("httpx", "httpx2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 async def run(arguments: argparse.Namespace, proxy_port: int, grpc_port: int) -> dict[str, Any]:
@@ -247,21 +278,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     arguments = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("httpx", "httpx2"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_logging()
     arguments.out.mkdir(parents=True, exist_ok=True)
-    log = arguments.out / "layers_server.log"
-    process, proxy_port, grpc_port = start_server(log)
-    try:
-        results = asyncio.run(run(arguments, proxy_port, grpc_port))
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-    log.unlink()  # kept when the run fails
+    with running_server(arguments.out, "layers") as server:
+        results = asyncio.run(run(arguments, server.proxy_port, server.grpc_port))
     report = {"machine": "cpu", "max_tokens": arguments.max_tokens, "requests": arguments.requests, "results": results}
     path = arguments.out / "layers_cpu.json"
     path.write_text(json.dumps(report, indent=2))

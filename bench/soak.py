@@ -17,10 +17,7 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import random
-import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -32,7 +29,7 @@ import jsonschema
 import numpy as np
 import openai
 
-from bench.layers import SCHEMA, start_server
+from bench.layers import SCHEMA, quiet_logging, running_server
 
 logger = logging.getLogger("bench.soak")
 HANG_TIMEOUT_S = 300.0  # a request still open after this long counts as hung (an error)
@@ -204,21 +201,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     arguments = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("httpx", "httpx2"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_logging()
     arguments.out.mkdir(parents=True, exist_ok=True)
-    log = arguments.out / "soak_server.log"
-    process, proxy_port, _ = start_server(log)
-    try:
-        report = asyncio.run(run(arguments, proxy_port, process.pid))
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-    log.unlink()  # kept when the run fails
+    with running_server(arguments.out, "soak") as server:
+        report = asyncio.run(run(arguments, server.proxy_port, server.pid))
     path = arguments.out / "soak_cpu.json"
     path.write_text(json.dumps(report, indent=2))
     logger.info("%s", json.dumps(report, indent=2))
