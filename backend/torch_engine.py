@@ -61,7 +61,7 @@ class _Group:
     """Rows of one cache: the decode batch, or prefilled prompts waiting to join it."""
 
     rows: list[int]  # seq id per row (_DEAD: released)
-    layers: _Layers
+    cache: DynamicCache  # the model's own cache object, handed back to it step after step
     mask: torch.Tensor  # [rows, columns], 1 = a real token
 
     def select(self, keep: list[int]) -> _Group:
@@ -73,9 +73,9 @@ class _Group:
         trim = int((mask.cumsum(dim=1) == 0).sum(dim=1).min()) if keep else 0
         layers = [
             (keys.index_select(0, index)[:, :, trim:], values.index_select(0, index)[:, :, trim:])
-            for keys, values in self.layers
+            for keys, values in _layers(self.cache)
         ]
-        return _Group([self.rows[row] for row in keep], layers, mask[:, trim:])
+        return _Group([self.rows[row] for row in keep], _cache_from(layers), mask[:, trim:])
 
     def live(self) -> _Group:
         return self.select([row for row, seq in enumerate(self.rows) if seq != _DEAD])
@@ -84,13 +84,19 @@ class _Group:
 def _concatenate(groups: Sequence[_Group]) -> _Group:
     """One cache holding every group's rows, each left-padded to the widest."""
     width = max(group.mask.shape[1] for group in groups)
-    layers = []
-    for index in range(len(groups[0].layers)):
-        keys = [_left_pad(group.layers[index][0], width - group.mask.shape[1]) for group in groups]
-        values = [_left_pad(group.layers[index][1], width - group.mask.shape[1]) for group in groups]
-        layers.append((torch.cat(keys), torch.cat(values)))
+    padded = [
+        [
+            (_left_pad(keys, width - group.mask.shape[1]), _left_pad(values, width - group.mask.shape[1]))
+            for keys, values in _layers(group.cache)
+        ]
+        for group in groups
+    ]
+    layers = [
+        (torch.cat([group[index][0] for group in padded]), torch.cat([group[index][1] for group in padded]))
+        for index in range(len(padded[0]))
+    ]
     mask = torch.cat([_left_pad_mask(group.mask, width) for group in groups])
-    return _Group([seq for group in groups for seq in group.rows], layers, mask)
+    return _Group([seq for group in groups for seq in group.rows], _cache_from(layers), mask)
 
 
 class TorchEngine:
@@ -148,7 +154,7 @@ class TorchEngine:
         ids, mask = ids.to(self._device), mask.to(self._device)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         out = self._model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-        self._joining.append(_Group(list(seq_ids), _layers(out.past_key_values), mask))
+        self._joining.append(_Group(list(seq_ids), out.past_key_values, mask))
         for seq, prompt in zip(seq_ids, prompts, strict=True):
             self._lengths[seq] = len(prompt)
         logits: torch.Tensor = out.logits[:, -1, :]
@@ -168,10 +174,10 @@ class TorchEngine:
             input_ids=inputs.to(self._device),
             attention_mask=batch.mask,
             position_ids=positions.to(self._device),
-            past_key_values=_cache_from(batch.layers),
+            past_key_values=batch.cache,
             use_cache=True,
         )
-        batch.layers = _layers(out.past_key_values)
+        batch.cache = out.past_key_values
         for seq in row_of:
             self._lengths[seq] += 1
         order = torch.tensor([row_of[seq] for seq in seq_ids], device=self._device)
