@@ -67,6 +67,12 @@ class Timing:
     def arrived(self) -> None:
         self.arrivals.append(time.perf_counter() - self.started)
 
+    def observe(self, output: wire.GenerationOutput) -> None:
+        """One output of the engine or Triton: text arrived, and the tokens so far."""
+        if output.text:
+            self.arrived()
+        self.tokens = output.completion_tokens
+
     def tbt(self) -> float | None:
         if self.tokens < 2 or not self.arrivals:
             return None
@@ -91,9 +97,7 @@ class EngineSink:
         self.error: Exception | None = None
 
     def send(self, output: wire.GenerationOutput, *, final: bool) -> None:
-        if output.text:
-            self.timing.arrived()
-        self.timing.tokens = output.completion_tokens
+        self.timing.observe(output)
         if final:
             self.done.set()
 
@@ -118,9 +122,7 @@ async def via_engine(service: GenerationService, request: wire.GenerationRequest
 async def via_triton(client: TritonGenerationClient, request: wire.GenerationRequest, index: int) -> Timing:
     timing = Timing()
     async for output in client.generate(request, f"triton-{index}"):
-        if output.text:
-            timing.arrived()
-        timing.tokens = output.completion_tokens
+        timing.observe(output)
     return timing
 
 

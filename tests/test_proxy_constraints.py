@@ -142,34 +142,26 @@ STRUCTURED: list[tuple[dict[str, Any], GuideType, str]] = [
 ]
 
 
+@pytest.mark.parametrize("form", ["structured_outputs", "guided_fields"])
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize(("outputs", "guide_type", "guide"), STRUCTURED)
-async def test_structured_outputs(
+async def test_structured_outputs_and_guided_fields(
     *,
     http: httpx.AsyncClient,
     client: ScriptedClient,
+    form: str,
     path: str,
     outputs: dict[str, Any],
     guide_type: GuideType,
     guide: str,
 ) -> None:
-    request = await _constraint(http, client, path, structured_outputs=outputs)
-    assert (request.guide_type, request.guide) == (guide_type, guide)
-
-
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize(("outputs", "guide_type", "guide"), STRUCTURED)
-async def test_guided_fields(
-    *,
-    http: httpx.AsyncClient,
-    client: ScriptedClient,
-    path: str,
-    outputs: dict[str, Any],
-    guide_type: GuideType,
-    guide: str,
-) -> None:
-    ((key, value),) = outputs.items()
-    request = await _constraint(http, client, path, **{f"guided_{key}": value})
+    """vLLM's ``structured_outputs`` object and its older ``guided_*`` fields mean the same."""
+    if form == "structured_outputs":
+        fields: dict[str, Any] = {"structured_outputs": outputs}
+    else:
+        ((key, value),) = outputs.items()
+        fields = {f"guided_{key}": value}
+    request = await _constraint(http, client, path, **fields)
     assert (request.guide_type, request.guide) == (guide_type, guide)
 
 
