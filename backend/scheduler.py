@@ -136,7 +136,10 @@ class Scheduler:
         assert self._guidance is not None and request.grammar is not None
         try:
             matcher = self._guidance[1].matcher(request.grammar)
-        except BackendError as exc:
+        except Exception as exc:  # it fails this request only
+            if not isinstance(exc, BackendError):
+                logger.exception("compiling a grammar failed")
+                exc = BackendError(f"compiling the constraint failed: {exc}")
             self._send_failure(sink, exc)
             return
         with self._wakeup:
@@ -147,14 +150,11 @@ class Scheduler:
             self._wakeup.notify()
 
     def _compiled(self, future: Future[None]) -> None:
+        """The compile finished or was cancelled by shutdown (then its request fails here)."""
         with self._wakeup:
             sink = self._compiling.pop(future, None)
         if future.cancelled() and sink is not None:
             self._send_failure(sink, Unavailable("the backend is shutting down"))
-        elif not future.cancelled() and future.exception() is not None:
-            logger.error("compiling a grammar failed", exc_info=future.exception())
-            if sink is not None:
-                self._send_failure(sink, BackendError(f"compiling the constraint failed: {future.exception()}"))
 
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._wakeup:
@@ -250,13 +250,8 @@ class Scheduler:
             if self._guidance is None:
                 self._send_failure(sink, InvalidRequest("this engine has no constraint support"))
                 return None
-            processor, grammars = self._guidance
-            try:
-                matcher = waiting.matcher or grammars.matcher(request.grammar)
-                processor.add(seq_id, matcher, len(request.prompt_ids))
-            except BackendError as exc:
-                self._send_failure(sink, exc)
-                return None
+            assert waiting.matcher is not None  # submit() compiled it, or found it in the cache
+            self._guidance[0].add(seq_id, waiting.matcher, len(request.prompt_ids))
         seq = _Sequence(
             seq_id=seq_id,
             request=request,
