@@ -23,10 +23,10 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llgtriton import wire
+from proxy.guards import GENERATION_PATHS
 from proxy.triton_client import GenerationClient
 
 ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/ready", "/metrics"})
-GENERATION_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions"})
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2.5)
 
@@ -99,7 +99,7 @@ class RequestMetrics:
             await self._app(scope, receive, send)
             return
         route = scope["path"] if scope["path"] in ROUTES else "other"
-        generation = route in GENERATION_ROUTES
+        generation = route in GENERATION_PATHS
         status = 500  # if the app fails before it answers
         started = time.perf_counter()
 
