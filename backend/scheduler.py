@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from backend.errors import BackendError, InvalidRequest, Unavailable
 from backend.requests import EngineRequest, ResponseSink
 from backend.sampling import apply_penalties, greedy_tokens, make_generator, sample_token
 from backend.stop_strings import StopStringFilter
+from backend.telemetry import StepCounters
 from llgtriton.wire import FinishReason, GenerationOutput
 
 logger = logging.getLogger(__name__)
@@ -105,6 +107,7 @@ class Scheduler:
         self._wakeup = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="llgtriton-scheduler", daemon=True)
+        self.counters = StepCounters()
 
     def start(self) -> None:
         self._thread.start()
@@ -211,10 +214,14 @@ class Scheduler:
         if joined:  # every prompt admitted this step, in as few forward passes as the engine can
             logits = self._engine.prefill([seq.seq_id for seq in joined], [seq.request.prompt_ids for seq in joined])
             rows.extend(zip(joined, logits, strict=True))
-        self._constrain(rows)
+        masking_started = time.perf_counter()
+        constrained = self._constrain(rows)
+        masking_seconds = time.perf_counter() - masking_started if constrained else 0.0
         for seq, token in self._sample(rows):
             self._advance(seq, token)
         self._compute_masks_ahead()
+        if rows:
+            self.counters.add_step(len(rows), constrained, masking_seconds)
 
     def _compute_masks_ahead(self) -> None:
         """Start the next step's masks now, so they are computed during the next forward pass."""
@@ -225,10 +232,10 @@ class Scheduler:
         if ahead:
             processor.prefetch([seq.seq_id for seq in ahead], [seq.generated[-1] for seq in ahead])
 
-    def _constrain(self, rows: list[tuple[_Sequence, torch.Tensor]]) -> None:
-        """One call of the batched logits post-processor for every constrained row."""
+    def _constrain(self, rows: list[tuple[_Sequence, torch.Tensor]]) -> int:
+        """One call of the batched logits post-processor for every constrained row; returns their count."""
         if self._guidance is None:
-            return
+            return 0
         processor = self._guidance[0]
         constrained = [(seq, row) for seq, row in rows if processor.is_constrained(seq.seq_id)]
         if constrained:
@@ -239,6 +246,7 @@ class Scheduler:
                 self._engine.stream_ptr,
                 [seq.seq_id for seq, _ in constrained],
             )
+        return len(constrained)
 
     def _admit(self, waiting: _Waiting) -> _Sequence | None:
         request, sink = waiting.request, waiting.sink

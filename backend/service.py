@@ -14,6 +14,7 @@ from backend.masking import bitmask_applier
 from backend.model_loader import LoadedModel, load_model
 from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.scheduler import Scheduler
+from backend.telemetry import StepCounters
 from backend.torch_engine import TorchEngine
 from llgtriton.guides import GuideError, grammar_for
 from llgtriton.settings import EngineSettings
@@ -87,6 +88,14 @@ class GenerationService:
             settings.max_batch_size,
         )
         return cls(loaded, chat_template, scheduler)
+
+    @property
+    def step_counters(self) -> StepCounters:
+        return self._scheduler.counters
+
+    def load(self) -> tuple[int, int]:
+        """(running, waiting) request counts."""
+        return self._scheduler.load
 
     @property
     def max_model_len(self) -> int:

@@ -17,6 +17,7 @@ import triton_python_backend_utils as pb_utils
 
 from backend.errors import BackendError
 from backend.service import GenerationService
+from backend.telemetry import MetricsPublisher
 from llgtriton import wire
 from llgtriton.logs import configure_logging
 from llgtriton.settings import engine_settings_from, env_name
@@ -58,6 +59,31 @@ class TritonResponseSink:
         return bool(self._sender.is_cancelled())
 
 
+class TritonMetricFactory:
+    """The backend's MetricFactory over Triton's custom metrics API (served on Triton's metrics port)."""
+
+    def __init__(self, model_name: str) -> None:
+        self._labels = {"model": model_name}
+        self._families: list[Any] = []
+        self._metrics: list[Any] = []
+
+    def counter(self, name: str, description: str) -> Any:
+        return self._metric(name, description, pb_utils.MetricFamily.COUNTER)
+
+    def gauge(self, name: str, description: str) -> Any:
+        return self._metric(name, description, pb_utils.MetricFamily.GAUGE)
+
+    def _metric(self, name: str, description: str, kind: Any) -> Any:
+        family = pb_utils.MetricFamily(name=name, description=description, kind=kind)
+        self._families.append(family)
+        self._metrics.append(family.Metric(labels=self._labels))
+        return self._metrics[-1]
+
+    def close(self) -> None:
+        self._metrics.clear()  # Triton wants the metrics gone before their families
+        self._families.clear()
+
+
 def _input(request: Any, name: str) -> Any:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return None if tensor is None else tensor.as_numpy()
@@ -71,6 +97,9 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException("the llm model must be decoupled (streaming responses)")
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         self._service = GenerationService.start(engine_settings_from(parameters, os.environ))
+        self._metric_factory = TritonMetricFactory(args["model_name"])
+        self._metrics = MetricsPublisher(self._metric_factory, self._service.step_counters, self._service.load)
+        self._metrics.start()
         self._counter = 0
 
     def execute(self, requests: list[Any]) -> None:
@@ -86,4 +115,6 @@ class TritonPythonModel:
                 sink.fail(exc)
 
     def finalize(self) -> None:
+        self._metrics.stop()
+        self._metric_factory.close()
         self._service.shutdown()
