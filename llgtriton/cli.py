@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from llgtriton.api_keys import accepted_keys
 from llgtriton.logs import configure_logging
@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _run_proxy(settings: Settings, triton: TritonProcess | None) -> None:
+async def _run_proxy(settings: Settings, triton: TritonProcess | None) -> int:
+    """Serve the OpenAI API until stopped; 1 when it stopped because Triton failed for good."""
     # Imported late: `--help` and `--print-config` stay fast and need no proxy dependencies.
     import uvicorn
 
@@ -48,23 +49,52 @@ async def _run_proxy(settings: Settings, triton: TritonProcess | None) -> None:
         host=settings.proxy.host,
         port=settings.proxy.port,
         log_level=settings.log_level,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=settings.proxy.drain_timeout_s,
     )
     server = uvicorn.Server(config)
 
+    failed = False
+
     async def watch_triton() -> None:
-        while triton is not None and not server.should_exit:
-            code = triton.exit_code()
-            if code is not None:
-                logger.error("tritonserver exited with code %s; stopping", code)
-                server.should_exit = True
-            await asyncio.sleep(1)
+        nonlocal failed
+        if triton is not None:
+            await supervise(triton, settings.triton.max_restarts, lambda: server.should_exit)
+            failed = not server.should_exit
+            server.should_exit = True
 
     watcher = asyncio.create_task(watch_triton())
     try:
         await server.serve()
     finally:
         watcher.cancel()
+    return 1 if failed else 0
+
+
+async def supervise(triton: TritonProcess, max_restarts: int, stopping: Callable[[], bool]) -> None:
+    """Watch tritonserver and its stubs; restart it when it fails, up to ``max_restarts`` times.
+
+    Returns when ``stopping()`` is true or when it gives up. While Triton restarts the proxy keeps
+    answering: ``/ready`` and generation requests get 503 until the model is back, and the requests
+    that were in flight end with an error when the old server goes.
+    """
+    stubs, restarts = triton.stub_pids(), 0
+    while not stopping():
+        await asyncio.sleep(1)
+        failure = triton.failure(stubs)
+        if failure is None:
+            continue
+        if restarts >= max_restarts:
+            logger.error("%s; restarted %d times already, stopping", failure, restarts)
+            return
+        restarts += 1
+        logger.error("%s; restarting tritonserver (%d of at most %d)", failure, restarts, max_restarts)
+        try:
+            await asyncio.to_thread(triton.restart)
+        except TritonLaunchError as exc:
+            logger.error("restarting tritonserver failed: %s", exc)
+            return
+        logger.info("Triton is back")
+        stubs = triton.stub_pids()
 
 
 def serve(settings: Settings) -> int:
@@ -85,8 +115,7 @@ def serve(settings: Settings) -> int:
             settings.proxy.port,
             settings.proxy.served_model_name,
         )
-        asyncio.run(_run_proxy(settings, triton))
-        return 0 if triton.exit_code() is None else 1
+        return asyncio.run(_run_proxy(settings, triton))
     except TritonLaunchError as exc:
         logger.error("%s", exc)
         return 1
@@ -112,10 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.command == "serve":
         return serve(settings)
     try:
-        asyncio.run(_run_proxy(settings, None))
+        return asyncio.run(_run_proxy(settings, None))
     except KeyboardInterrupt:
         return 130
-    return 0
 
 
 if __name__ == "__main__":

@@ -38,6 +38,12 @@ class ProxySettings(_Section):
         None, description="Model id shown by /v1/models and accepted in requests; unset: derived from the model."
     )
     request_timeout_s: float = Field(600.0, gt=0, description="Longest time one request may take, seconds.")
+    drain_timeout_s: int = Field(
+        30,
+        ge=0,
+        description="On SIGINT/SIGTERM, how long the proxy lets in-flight requests finish (no new ones are "
+        "accepted) before it closes them, seconds.",
+    )
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Largest accepted request body, bytes.")
     max_concurrent_requests: int | None = Field(
         None,
@@ -65,6 +71,12 @@ class TritonSettings(_Section):
     )
     startup_timeout_s: float = Field(900.0, gt=0, description="How long to wait for the model to load.")
     log_info: bool = Field(False, description="Show Triton's own info log lines.")
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        description="'serve' restarts tritonserver this many times when it exits or the model's stub dies; "
+        "then llgtriton stops.",
+    )
 
 
 class EngineSettings(_Section):

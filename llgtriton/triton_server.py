@@ -140,6 +140,26 @@ def environment(settings: Settings, installation: TritonInstallation, base: Mapp
     return env
 
 
+STUB_NAME = "triton_python_backend_stub"
+
+
+def live_children(parent: int, name: str) -> list[int]:
+    """Pids of the running (not zombie) children of ``parent`` whose command line contains ``name``."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command_line = (entry / "cmdline").read_bytes()
+        except OSError:  # it exited while we looked
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+        if fields[0] != "Z" and int(fields[1]) == parent and name.encode() in command_line:
+            children.append(int(entry.name))
+    return children
+
+
 class TritonProcess:
     """A tritonserver child process with readiness polling and clean shutdown."""
 
@@ -190,6 +210,38 @@ class TritonProcess:
                 progress(now - started)
                 last_report = now
             time.sleep(0.5)
+
+    def stub_pids(self) -> frozenset[int]:
+        """Live python backend stub processes of this tritonserver (one per model instance)."""
+        if self._process is None or self._process.poll() is not None:
+            return frozenset()
+        return frozenset(live_children(self._process.pid, STUB_NAME))
+
+    def failure(self, stubs: frozenset[int]) -> str | None:
+        """Why this server can no longer serve (it exited, or one of ``stubs`` died), or None.
+
+        Triton keeps reporting a model ready after its stub died and fails every request to it, so
+        the stubs are watched directly.
+        """
+        code = self.exit_code()
+        if code is not None:
+            return f"tritonserver exited with code {code}"
+        dead = stubs - self.stub_pids()
+        if dead:
+            return f"the python backend stub (pid {', '.join(map(str, sorted(dead)))}) died"
+        return None
+
+    def restart(self) -> None:
+        """Kill this server at once (its model is broken: nothing to drain), start it again, wait for the model."""
+        self.kill()
+        self.start()
+        self.wait_ready()
+
+    def kill(self) -> None:
+        if self._process is None or self._process.poll() is not None:
+            return
+        os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait()
 
     def stop(self, timeout: float = 20.0) -> None:
         if self._process is None or self._process.poll() is not None:

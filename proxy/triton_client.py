@@ -52,6 +52,13 @@ def _rpc_error(error: grpc.aio.AioRpcError) -> ProxyError:
     return error_type(details)
 
 
+def _stream_error(error: InferenceServerException) -> ProxyError:
+    message = error.message() if isinstance(error, InferenceServerException) else str(error)
+    if "is not healthy" in message:  # the model's stub died: the server restarts it (llgtriton serve)
+        return ServiceUnavailableError(f"Triton: the model is restarting, retry later ({message})")
+    return InternalError(f"Triton: {message}")
+
+
 def _inputs(request: wire.GenerationRequest) -> list[Any]:
     inputs = []
     for name, array in wire.encode_request(request).items():
@@ -82,7 +89,7 @@ class TritonGenerationClient:
         try:
             async for result, error in stream:
                 if error is not None:
-                    raise InternalError(f"Triton: {error}")
+                    raise _stream_error(error)
                 yield wire.decode_output(result.as_numpy)
                 if result.get_response().parameters["triton_final_response"].bool_param:
                     return

@@ -1,0 +1,155 @@
+"""Faults under a running ``llgtriton serve``: tritonserver dies, the model's stub dies.
+
+Both times the proxy keeps running: it answers 503 (``/ready`` and generation) while Triton is
+restarted, requests in flight end with an error instead of hanging, and it serves again once
+the model is back, with no restart of the proxy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from llgtriton.triton_server import STUB_NAME, live_children
+from tests.conftest import RunningServer, start_server, stop_server
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "SmolLM2-135M-Instruct"
+RECOVERY_TIMEOUT_S = 180.0
+
+
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(tmp_path_factory.mktemp("faults") / "serve.log")
+    yield running
+    stop_server(running)
+
+
+def _tritonserver(server: RunningServer) -> int:
+    (pid,) = live_children(server.process.pid, "tritonserver")
+    return pid
+
+
+def _stubs(server: RunningServer) -> list[int]:
+    return live_children(_tritonserver(server), STUB_NAME)
+
+
+def _status(url: str) -> int:
+    return httpx.get(url, timeout=5).status_code
+
+
+def _completes(server: RunningServer) -> bool:
+    client = openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0, timeout=60)
+    try:
+        response = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4
+        )
+    except openai.APIStatusError as exc:
+        assert exc.status_code == 503, f"while Triton restarts, requests get 503, not {exc.status_code}"
+        assert exc.response.headers.get("retry-after")
+        return False
+    return response.choices[0].finish_reason is not None
+
+
+def _wait_until_serving(server: RunningServer) -> float:
+    """Seconds until a request completes again; fails the test past RECOVERY_TIMEOUT_S."""
+    started = time.monotonic()
+    while not _completes(server):
+        assert server.process.poll() is None, f"llgtriton serve exited:\n{server.log_tail()}"
+        assert time.monotonic() - started < RECOVERY_TIMEOUT_S, f"not serving again:\n{server.log_tail()}"
+        time.sleep(1)
+    return time.monotonic() - started
+
+
+def test_proxy_reports_not_ready_while_triton_restarts_then_serves_again(own_server: RunningServer) -> None:
+    ready_url = f"http://127.0.0.1:{own_server.proxy_port}/ready"
+    assert _status(ready_url) == 200
+    old_triton = _tritonserver(own_server)
+
+    os.kill(old_triton, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _status(ready_url) == 200:
+        assert time.monotonic() < deadline, "/ready still says ready 10 s after Triton died"
+        time.sleep(0.2)
+    assert _status(ready_url) == 503
+    assert _status(f"http://127.0.0.1:{own_server.proxy_port}/health") == 200  # alive, just not ready
+
+    _wait_until_serving(own_server)
+    assert _status(ready_url) == 200
+    assert _tritonserver(own_server) != old_triton
+    assert "restarting tritonserver (1 of at most 3)" in own_server.log.read_text()
+
+
+def test_stub_crash_ends_requests_in_flight_with_an_error_then_serves_again(own_server: RunningServer) -> None:
+    client = openai.OpenAI(base_url=own_server.openai_base_url, api_key="unused", max_retries=0, timeout=120)
+    first_chunk = threading.Event()
+    outcome: list[str] = []
+
+    def stream_a_long_story() -> None:
+        try:
+            stream = client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "Tell me a very long story."}],
+                max_tokens=500,
+                stream=True,
+            )
+            for _ in stream:
+                first_chunk.set()
+            outcome.append("finished")
+        except openai.APIError as exc:
+            outcome.append(f"error: {exc}")
+        finally:
+            first_chunk.set()
+
+    streaming = threading.Thread(target=stream_a_long_story)
+    streaming.start()
+    assert first_chunk.wait(60)
+    old_stubs = _stubs(own_server)
+    assert old_stubs
+    killed = time.monotonic()
+    for pid in old_stubs:
+        os.kill(pid, signal.SIGKILL)
+
+    streaming.join(60)
+    assert not streaming.is_alive(), "the request in flight hung after its stub died"
+    ended_after = time.monotonic() - killed
+    assert outcome and outcome[0].startswith("error"), outcome
+    assert ended_after < 30
+
+    _wait_until_serving(own_server)
+    assert not set(_stubs(own_server)) & set(old_stubs)
+    assert "python backend stub" in own_server.log.read_text()
+
+
+def test_stopping_drains_the_streams_in_flight_then_exits_cleanly(own_server: RunningServer) -> None:
+    """Ctrl-C lets a running stream finish (within ``--proxy-drain-timeout-s``) before Triton stops."""
+    client = openai.OpenAI(base_url=own_server.openai_base_url, api_key="unused", max_retries=0, timeout=120)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Write a long essay about the history of Rome."}],
+        max_tokens=64,
+        temperature=0,
+        stream=True,
+    )
+    chunks = iter(stream)
+    assert next(chunks).choices
+    own_server.process.send_signal(signal.SIGINT)
+    after_stop = [chunk.choices[0] for chunk in chunks if chunk.choices]
+    assert len(after_stop) >= 10, "the stream ended right after the signal"
+    assert after_stop[-1].finish_reason == "length", "the stream was cut instead of drained"
+    assert own_server.process.wait(60) in (0, 130)  # 130: uvicorn re-raises the SIGINT it handled
+    assert "stopping tritonserver" in own_server.log.read_text()
+
+
+def test_serve_log_shows_no_unexpected_tracebacks(own_server: RunningServer) -> None:
+    log = Path(own_server.log).read_text()
+    assert "Traceback" not in log, own_server.log_tail(80)
