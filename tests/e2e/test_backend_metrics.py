@@ -34,7 +34,7 @@ def _chat(server: RunningServer, constrained: bool) -> str:
         model=MODEL,
         messages=[{"role": "user", "content": "Describe a cat as JSON."}],
         max_tokens=24,
-        response_format={"type": "json_object" if constrained else "text"},
+        response_format={"type": "json_object"} if constrained else {"type": "text"},
     )
     return response.choices[0].message.content or ""
 
