@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_STOP_STRINGS = 16
+MAX_TOOLS = 128  # OpenAI's own limit on functions per request
 UINT64_MAX = 2**64 - 1
 INT32_MAX = 2**31 - 1
 
@@ -128,7 +129,7 @@ class _GenerationRequest(_Request):
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
     logprobs: bool | None = None

@@ -83,6 +83,10 @@ def _http(app: Starlette, *, raise_app_exceptions: bool = True) -> httpx.AsyncCl
     return httpx.AsyncClient(transport=transport, base_url=BASE_URL)
 
 
+def _tool(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+
 def _chat(**fields: Any) -> dict[str, Any]:
     return {"model": MODEL, "messages": USER, **fields}
 
@@ -463,6 +467,7 @@ async def test_body_that_is_not_an_object_is_a_400(http: httpx.AsyncClient, body
         ("/v1/chat/completions", _chat(top_k=2**32 + 1), "top_k"),
         ("/v1/completions", _completion(max_tokens=2**64), "max_tokens"),
         ("/v1/chat/completions", _chat(stop=5), "stop"),
+        ("/v1/chat/completions", _chat(tools=[_tool(f"f{i}") for i in range(129)]), "tools"),
         ("/v1/chat/completions", _chat(messages=[{"role": "user", "content": 5}]), "messages.0.content"),
     ],
 )
