@@ -43,7 +43,10 @@ def json_schema_grammar(schema: Any) -> str:
         schema = {}
     if not isinstance(schema, dict):
         raise GuideError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
-    return str(LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS))
+    try:
+        return str(LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS))
+    except ValueError as exc:  # e.g. an integer beyond 64 bits anywhere in the schema
+        raise GuideError(f"the JSON schema cannot be used: {exc}") from None
 
 
 def choice_grammar(choices: Any) -> str:

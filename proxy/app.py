@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -32,9 +31,11 @@ from proxy.errors import (
     PayloadTooLargeError,
     ProxyError,
     http_response,
+    validation_error,
 )
 from proxy.guards import ApiKeyGuard, ConcurrencyGuard
 from proxy.metrics import MeteredClient, ProxyMetrics, RequestMetrics
+from proxy.openapi import openapi_document
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, now
 from proxy.serving import Generations
 from proxy.sse import event_stream
@@ -62,20 +63,6 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-# pydantic names the union member it tried ("str", "list[str]", ...) inside an error location.
-_UNION_MEMBER = re.compile(r"^(str|int|float|bool|dict|list|none|[a-z-]+\[.*\])$")
-
-
-def _location(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(part) for part in loc if not (isinstance(part, str) and _UNION_MEMBER.match(part)))
-
-
-def _validation_error(error: ValidationError) -> InvalidRequestError:
-    errors = error.errors()
-    message = "; ".join(f"{_location(e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
-    return InvalidRequestError(message, param=_location(errors[0]["loc"]) or None)
-
-
 class Handlers:
     def __init__(self, settings: ProxySettings, generations: Generations, client: GenerationClient) -> None:
         self._settings = settings
@@ -94,7 +81,7 @@ class Handlers:
         try:
             parsed = model.model_validate(data)
         except ValidationError as exc:
-            raise _validation_error(exc) from None
+            raise validation_error(exc) from None
         requested = getattr(parsed, "model", None)
         if requested != self._model_card.id:
             raise NotFoundError(
@@ -123,6 +110,9 @@ class Handlers:
         if body.stream:
             return await _unless_disconnected(request, _stream(self._generations.completion_stream(body)))
         return _json(await _unless_disconnected(request, self._generations.completion(body)))
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document(self._model_card.id))
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -185,7 +175,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         return http_response(NotFoundError(f"no route {request.method} {request.url.path}"))
     if exc.status_code == 405:
-        return http_response(MethodNotAllowedError(f"{request.method} is not allowed on {request.url.path}"))
+        response = http_response(MethodNotAllowedError(f"{request.method} is not allowed on {request.url.path}"))
+        response.headers.update(exc.headers or {})  # Starlette's Allow: the methods the route has
+        return response
     return JSONResponse({"error": {"message": exc.detail, "type": "invalid_request_error"}}, exc.status_code)
 
 
@@ -217,6 +209,7 @@ def create_app(settings: ProxySettings, client: GenerationClient | None = None) 
         Route("/health", handlers.health, methods=["GET"]),
         Route("/ready", handlers.ready, methods=["GET"]),
         Route("/metrics", metrics.endpoint, methods=["GET"]),
+        Route("/openapi.json", handlers.openapi, methods=["GET"]),
     ]
     exception_handlers: dict[Any, Any] = {
         ProxyError: _proxy_error,

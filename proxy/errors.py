@@ -7,8 +7,10 @@ Every error a client can see is a :class:`ProxyError` with an HTTP status and an
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
 
@@ -115,3 +117,17 @@ def http_response(error: BaseException) -> JSONResponse:
 def sse_event(error: BaseException) -> bytes:
     """An error inside an open stream: one ``data:`` event with the OpenAI error object."""
     return b"data: " + json.dumps(error_body(as_proxy_error(error))).encode() + b"\n\n"
+
+
+# pydantic names the union member it tried ("str", "list[str]", ...) inside an error location.
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|dict|list|none|[a-z-]+\[.*\])$")
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc if not (isinstance(part, str) and _UNION_MEMBER.match(part)))
+
+
+def validation_error(error: ValidationError) -> InvalidRequestError:
+    errors = error.errors()
+    message = "; ".join(f"{_location(e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+    return InvalidRequestError(message, param=_location(errors[0]["loc"]) or None)

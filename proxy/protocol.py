@@ -9,18 +9,38 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 MAX_STOP_STRINGS = 16
+_ONE_PROMPT: Any = {
+    "type": "array",
+    "items": {"type": "string"},
+    "minItems": 1,
+    "maxItems": 1,
+}  # one prompt per request
 MAX_TOOLS = 128  # OpenAI's own limit on functions per request
 UINT64_MAX = 2**64 - 1
 INT32_MAX = 2**31 - 1
 
 
+def _integral(value: Any) -> Any:
+    """1.0 is an integer in JSON Schema (and so in the OpenAPI document): accept it as 1."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# Strict models refuse what a JSON schema refuses ("5" or true for an integer), except integral floats.
+Integer = Annotated[int, BeforeValidator(_integral)]
+# (bounds inside Annotated: pydantic drops them from the JSON schema of an optional validated int)
+TokenCount = Annotated[int, Field(ge=1, le=INT32_MAX), BeforeValidator(_integral)]
+Seed = Annotated[int, Field(ge=0, le=UINT64_MAX), BeforeValidator(_integral)]
+
+
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class TextPart(_Request):
@@ -28,11 +48,32 @@ class TextPart(_Request):
     text: str
 
 
+class CalledFunction(_Request):
+    name: str
+    arguments: str | dict[str, Any] = "{}"  # JSON text, as OpenAI sends it (an object is accepted too)
+
+    def parsed_arguments(self) -> Any:
+        if not isinstance(self.arguments, str):
+            return self.arguments
+        try:
+            return json.loads(self.arguments)
+        except json.JSONDecodeError:
+            return self.arguments
+
+
+class PastToolCall(_Request):
+    """A call the assistant made earlier in the conversation."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[PastToolCall] | None = None
     tool_call_id: str | None = None
 
     def text(self) -> str:
@@ -45,19 +86,34 @@ class ChatMessage(_Request):
             text = "".join(part.text for part in self.content)
         if self.tool_calls:
             calls = [
-                {"name": call.get("function", {}).get("name"), "arguments": _arguments(call)}
-                for call in self.tool_calls
+                {"name": call.function.name, "arguments": call.function.parsed_arguments()} for call in self.tool_calls
             ]
             text += "<tool_call>" + json.dumps(calls, ensure_ascii=False)
         return text
 
 
-def _arguments(call: dict[str, Any]) -> Any:
-    raw = call.get("function", {}).get("arguments", "{}")
-    try:
-        return json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
-        return raw
+class FunctionDefinition(_Request):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="1-64 letters, digits, '_' or '-'")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema; none means no arguments
+    strict: bool | None = None  # arguments always follow the schema here, strict or not
+
+
+class Tool(_Request):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Request):
+    name: str
+
+
+class NamedToolChoice(_Request):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | None
 
 
 class StreamOptions(_Request):
@@ -87,19 +143,19 @@ class StructuredOutputs(_Request):
 
 class _GenerationRequest(_Request):
     model: str
-    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_tokens: TokenCount | None = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(
+    top_k: Integer = Field(
         0, ge=-1, le=INT32_MAX, description="Extension (vLLM): keep the k most likely tokens; 0 or -1 = off."
     )
-    seed: int | None = Field(None, ge=0, le=UINT64_MAX)
-    stop: str | list[str] | None = None
+    seed: Seed | None = None
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None = None
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1)
+    n: Integer = Field(1, ge=1)
     user: str | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
@@ -108,13 +164,6 @@ class _GenerationRequest(_Request):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
-
-    @field_validator("stop")
-    @classmethod
-    def _stop_list(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if isinstance(value, list) and len(value) > MAX_STOP_STRINGS:
-            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings")
-        return value
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -128,21 +177,21 @@ class _GenerationRequest(_Request):
 
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
-    tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS)
-    tool_choice: Any = None
+    max_completion_tokens: TokenCount | None = None
+    tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: ToolChoice = None
     parallel_tool_calls: bool | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Integer | None = None
 
 
 class CompletionRequest(_GenerationRequest):
-    prompt: str | list[str]
-    max_tokens: int | None = Field(16, ge=1, le=INT32_MAX)
-    echo: bool = False
-    logprobs: int | None = None
+    prompt: str | list[str] = Field(json_schema_extra={"anyOf": [{"type": "string"}, _ONE_PROMPT]})
+    max_tokens: TokenCount | None = 16
+    echo: bool | None = None
+    logprobs: Integer | None = None
     suffix: str | None = None
-    best_of: int | None = None
+    best_of: Integer | None = None
 
     @field_validator("prompt")
     @classmethod

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,11 +22,9 @@ from typing import Any
 
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError
-from proxy.protocol import ChatDelta, FunctionCallDelta, ToolCallDelta
+from proxy.protocol import ChatDelta, FunctionCallDelta, NamedToolChoice, Tool, ToolCallDelta, ToolChoice
 
 TOOL_CALL_MARKER = "<tool_call>"
-MAX_TOOLS = 128
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -61,29 +58,16 @@ class ParsedCall:
     id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
 
 
-def _functions(tools: Sequence[dict[str, Any]]) -> tuple[Function, ...]:
-    if len(tools) > MAX_TOOLS:
-        raise InvalidRequestError(f"at most {MAX_TOOLS} tools, got {len(tools)}", param="tools")
-    functions = []
-    for index, tool in enumerate(tools):
-        spec = tool.get("function")
-        if tool.get("type") != "function" or not isinstance(spec, dict):
-            raise InvalidRequestError(
-                "each tool must be {'type': 'function', 'function': {...}}", param=f"tools.{index}"
-            )
-        name = spec.get("name")
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise InvalidRequestError(
-                "a function name is 1-64 letters, digits, '_' or '-'", param=f"tools.{index}.function.name"
-            )
-        parameters = spec.get("parameters", _EMPTY_PARAMETERS)
-        if not isinstance(parameters, dict):
-            raise InvalidRequestError("parameters must be a JSON schema object", param=f"tools.{index}.function")
-        functions.append(Function(name, str(spec.get("description") or ""), parameters))
+def _functions(tools: Sequence[Tool]) -> tuple[Function, ...]:
+    """The tools' functions; their shapes were checked when the request was parsed."""
+    functions = tuple(
+        Function(tool.function.name, tool.function.description or "", tool.function.parameters or _EMPTY_PARAMETERS)
+        for tool in tools
+    )
     names = [f.name for f in functions]
     if len(set(names)) != len(names):
         raise InvalidRequestError("function names must be unique", param="tools")
-    return tuple(functions)
+    return functions
 
 
 def _calls_schema(functions: Sequence[Function], parallel: bool) -> dict[str, Any]:
@@ -109,7 +93,7 @@ def _describe(functions: Sequence[Function]) -> str:
     return "You can call these functions:\n" + json.dumps(listed, ensure_ascii=False)
 
 
-def plan_tools(tools: Sequence[dict[str, Any]] | None, tool_choice: Any, parallel: bool | None) -> ToolPlan | None:
+def plan_tools(tools: Sequence[Tool] | None, tool_choice: ToolChoice, parallel: bool | None) -> ToolPlan | None:
     """The constraint and instructions for a request's tools; None when no tool can be called."""
     if not tools:
         if tool_choice not in (None, "none", "auto"):
@@ -134,19 +118,15 @@ def plan_tools(tools: Sequence[dict[str, Any]] | None, tool_choice: Any, paralle
             f"{_describe(functions)}\nTo call functions, reply with {TOOL_CALL_MARKER} followed by {call_format}; "
             "otherwise reply normally.",
         )  # fmt: skip
-    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
-        name = choice["function"].get("name")
-        chosen = [f for f in functions if f.name == name]
-        if not chosen:
-            raise InvalidRequestError(f"tool_choice names {name!r}, which is not among the tools", param="tool_choice")
-        return ToolPlan(
-            ToolMode.NAMED, tuple(chosen), False, GuideType.JSON_SCHEMA, json.dumps(chosen[0].parameters),
-            f"{_describe(chosen)}\nReply with the JSON arguments for {name}.",
-        )  # fmt: skip
-    raise InvalidRequestError(
-        "tool_choice is 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}",
-        param="tool_choice",
-    )
+    assert isinstance(choice, NamedToolChoice)  # the request model admits nothing else
+    name = choice.function.name
+    chosen = [f for f in functions if f.name == name]
+    if not chosen:
+        raise InvalidRequestError(f"tool_choice names {name!r}, which is not among the tools", param="tool_choice")
+    return ToolPlan(
+        ToolMode.NAMED, tuple(chosen), False, GuideType.JSON_SCHEMA, json.dumps(chosen[0].parameters),
+        f"{_describe(chosen)}\nReply with the JSON arguments for {name}.",
+    )  # fmt: skip
 
 
 def _call(item: Any) -> ParsedCall | None:

@@ -78,10 +78,13 @@ def _structured(outputs: StructuredOutputs, param: str, names: dict[str, str] | 
         "choice": outputs.choice,
         "grammar": outputs.grammar,
     }
-    chosen = [(key, value) for key, value in given.items() if value is not None]
-    if len(chosen) != 1:
-        raise InvalidRequestError(f"{param} takes exactly one of json, regex, choice, grammar", param=param)
-    key = chosen[0][0]
+    chosen = [key for key, value in given.items() if value is not None]
+    if not chosen:
+        raise InvalidRequestError(f"{param} needs one of json, regex, choice, grammar", param=param)
+    if len(chosen) > 1:
+        fields = [name(key) for key in chosen]
+        raise InvalidRequestError(f"one constraint per request; got {' and '.join(fields)}", param=fields[1])
+    key = chosen[0]
     if outputs.json_ is not None:
         return Constraint(GuideType.JSON_SCHEMA, _json_guide(outputs.json_), name("json"))
     if outputs.choice is not None:
@@ -115,7 +118,7 @@ def _constraints(request: _GenerationRequest) -> list[Constraint]:
     )
     if any(value is not None for value in (legacy.json_, legacy.regex, legacy.choice, legacy.grammar)):
         legacy_names = {key: f"guided_{key}" for key in ("json", "regex", "choice", "grammar")}
-        found.append(_structured(legacy, "guided_json, guided_regex, guided_choice and guided_grammar", legacy_names))
+        found.append(_structured(legacy, "guided_*", legacy_names))
     return found
 
 

@@ -285,6 +285,13 @@ def test_unsupported_json_schema_has_llguidance_message(schema: dict[str, Any], 
     assert problem in guide_error(GuideType.JSON_SCHEMA, json.dumps(schema))
 
 
+@pytest.mark.parametrize("number", [2**64, -(2**63) - 1])
+def test_json_schema_with_an_integer_beyond_64_bits_is_refused(number: int) -> None:
+    """Found by schemathesis: llguidance cannot serialise such a number, which used to be a 500."""
+    message = guide_error(GuideType.JSON_SCHEMA, json.dumps({"type": "integer", "maximum": number}))
+    assert "the JSON schema cannot be used" in message
+
+
 @pytest.mark.parametrize("guide", ['"yes"', "[1, 2]", '["a", 2]', "[]", '{"a": "b"}', "[null]", "[[]]"])
 def test_choice_that_is_not_a_list_of_strings(guide: str) -> None:
     assert guide_error(GuideType.CHOICE, guide) == "a choice constraint is a non-empty list of strings"

@@ -357,7 +357,7 @@ async def test_tool_messages_without_tools(http: httpx.AsyncClient, client: Scri
         ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
         ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools.0.function.name"),
         ({"tools": [WEATHER, WEATHER]}, "tools"),
-        ({"tools": [{"type": "retrieval"}]}, "tools.0"),
+        ({"tools": [{"type": "retrieval"}]}, "tools.0.type"),
     ],
 )
 async def test_bad_tools_are_a_400(

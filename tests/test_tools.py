@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from llgtriton.guides import check_grammar, grammar_for
 from llgtriton.wire import GuideType
-from proxy.errors import InvalidRequestError
-from proxy.protocol import ChatDelta
+from proxy.errors import InvalidRequestError, validation_error
+from proxy.protocol import MAX_TOOLS, ChatCompletionRequest, ChatDelta
 from proxy.tools import (
-    MAX_TOOLS,
     TOOL_CALL_MARKER,
     JsonArraySplitter,
     ParsedCall,
@@ -59,8 +59,17 @@ TWO_CALLS = (
 )
 
 
+def planned(tools: Any, tool_choice: Any, parallel: bool | None) -> ToolPlan | None:
+    """plan_tools on a chat request carrying these fields, parsed as the proxy parses it."""
+    request = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": tools, "tool_choice": tool_choice}
+        | {"parallel_tool_calls": parallel}
+    )
+    return plan_tools(request.tools, request.tool_choice, request.parallel_tool_calls)
+
+
 def plan(tool_choice: Any, parallel: bool | None = None, tools: list[dict[str, Any]] | None = None) -> ToolPlan:
-    made = plan_tools(TOOLS if tools is None else tools, tool_choice, parallel)
+    made = planned(TOOLS if tools is None else tools, tool_choice, parallel)
     assert made is not None
     return made
 
@@ -73,11 +82,18 @@ def grammar(made: ToolPlan) -> str:
 
 
 def refused(tools: Any, tool_choice: Any = None, parallel: bool | None = None) -> InvalidRequestError:
-    with pytest.raises(InvalidRequestError) as caught:
-        plan_tools(tools, tool_choice, parallel)
-    assert caught.value.status == 400
-    assert caught.value.message
-    return caught.value
+    """The 400 the proxy answers: from parsing the request, or from planning its tools."""
+    try:
+        planned(tools, tool_choice, parallel)
+    except ValidationError as exc:
+        error = validation_error(exc)
+    except InvalidRequestError as exc:
+        error = exc
+    else:
+        raise AssertionError("the tools were accepted")
+    assert error.status == 400
+    assert error.message
+    return error
 
 
 # plan_tools ---------------------------------------------------------------------------------
@@ -86,8 +102,8 @@ def refused(tools: Any, tool_choice: Any = None, parallel: bool | None = None) -
 @pytest.mark.parametrize("tools", [None, []])
 @pytest.mark.parametrize("tool_choice", [None, "none", "auto"])
 def test_no_tools_no_plan(tools: list[dict[str, Any]] | None, tool_choice: str | None) -> None:
-    assert plan_tools(tools, tool_choice, None) is None
-    assert plan_tools(tools, tool_choice, False) is None
+    assert planned(tools, tool_choice, None) is None
+    assert planned(tools, tool_choice, False) is None
 
 
 @pytest.mark.parametrize("tools", [None, []])
@@ -97,8 +113,8 @@ def test_tool_choice_without_tools_is_a_400(tools: list[dict[str, Any]] | None, 
 
 
 def test_tool_choice_none_means_no_plan() -> None:
-    assert plan_tools(TOOLS, "none", None) is None
-    assert plan_tools(TOOLS, "none", False) is None
+    assert planned(TOOLS, "none", None) is None
+    assert planned(TOOLS, "none", False) is None
 
 
 @pytest.mark.parametrize("tool_choice", [None, "auto"])
@@ -199,13 +215,13 @@ def test_too_many_tools() -> None:
     ],
 )
 def test_non_function_tools(tool: dict[str, Any]) -> None:
-    assert refused([WEATHER, tool]).param == "tools.1"
+    assert str(refused([WEATHER, tool]).param).startswith("tools.1")  # the field at fault, or the tool
 
 
 @pytest.mark.parametrize("parameters", [[], "object", 3])
 def test_parameters_must_be_an_object(parameters: Any) -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
-    assert refused([tool]).param == "tools.0.function"
+    assert refused([tool]).param == "tools.0.function.parameters"
 
 
 # The grammars, run with a real tokenizer ----------------------------------------------------

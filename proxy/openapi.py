@@ -1,0 +1,202 @@
+"""The proxy's OpenAPI document, built from the same pydantic models that validate requests.
+
+Request schemas come from the request models in validation mode, so the document accepts what
+the proxy accepts (unknown fields included: they are ignored, as OpenAI's clients expect);
+response schemas come from the response models. Served at ``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from proxy.protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+)
+
+_MODELS: list[type[BaseModel]] = [
+    ChatCompletionRequest,
+    CompletionRequest,
+    ChatCompletion,
+    ChatCompletionChunk,
+    Completion,
+    ModelCard,
+    ModelList,
+]
+
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+
+# Status codes every generation request may get, besides its 200.
+_GENERATION_ERRORS = {
+    "400": "Invalid request: a field fails validation, an unsupported parameter, a constraint that does not compile",
+    "401": "Missing or wrong API key (when keys are configured)",
+    "404": "Unknown model",
+    "413": "Body larger than the proxy's limit",
+    "429": "Too many concurrent requests (when a limit is configured); see Retry-After",
+    "503": "Triton or the model is not available, or the backend queue is full; see Retry-After",
+}
+
+
+# Fields the request models parse but the proxy serves only with these values (anything else is a
+# 400 `unsupported_parameter`, see proxy/translate.py); the document states what is accepted.
+_ACCEPTED_ONLY: dict[str, dict[str, dict[str, Any]]] = {
+    "ChatCompletionRequest": {
+        "n": {"enum": [1]},
+        "logprobs": {"enum": [False, None]},
+    },
+    "CompletionRequest": {
+        "n": {"enum": [1]},
+        "echo": {"enum": [False, None]},
+        "logprobs": {"type": "null"},
+        "suffix": {"enum": ["", None]},
+        "best_of": {"enum": [1, None]},
+    },
+}
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: str) -> dict[str, Any]:
+    return {code: _json({"$ref": "#/components/schemas/Error"}, _GENERATION_ERRORS[code]) for code in codes}
+
+
+def _event(chunk: type[BaseModel]) -> dict[str, Any]:
+    """One server-sent event of a stream: JSON of a chunk (or an error object), or the last ``[DONE]``."""
+    return {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "data": {
+                "description": f"A {chunk.__name__} or an error object as JSON; the last event is [DONE]",
+                "anyOf": [
+                    {"const": "[DONE]"},
+                    {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": {"anyOf": [_ref(chunk), {"$ref": "#/components/schemas/Error"}]},
+                    },
+                ],
+            }
+        },
+    }
+
+
+def _generation(summary: str, request: type[BaseModel], response: type[BaseModel], chunk: type[BaseModel]) -> Any:
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},
+            "responses": {
+                "200": {
+                    "description": f"A {response.__name__} object, or with `stream: true` server-sent events, "
+                    f"each `data: <{chunk.__name__} JSON>`, then `data: [DONE]`",
+                    "content": {
+                        "application/json": {"schema": _ref(response)},
+                        "text/event-stream": {"schema": _event(chunk)},
+                    },
+                },
+                **_errors("400", "401", "404", "413", "429", "503"),
+            },
+        }
+    }
+
+
+@functools.cache
+def openapi_document(served_model: str) -> dict[str, Any]:
+    """The document for a proxy serving ``served_model`` (the one value ``model`` may take)."""
+    _, schemas = models_json_schema(
+        [(model, "validation" if model.__name__.endswith("Request") else "serialization") for model in _MODELS],
+        ref_template="#/components/schemas/{model}",
+    )
+    components = {**schemas.get("$defs", {}), "Error": _ERROR}
+    for request in (ChatCompletionRequest, CompletionRequest):
+        properties = components[request.__name__]["properties"]
+        properties["model"] = {"type": "string", "enum": [served_model]}
+        for name, accepted in _ACCEPTED_ONLY[request.__name__].items():
+            properties[name] = {**accepted, "description": "Other values are refused (400 unsupported_parameter)"}
+    status = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
+    health = {"get": {"summary": "Liveness: the proxy answers", "responses": {"200": _json(status, "Alive")}}}
+    ready = {
+        "get": {
+            "summary": "Readiness: Triton is reachable and the model is loaded",
+            "responses": {"200": _json(status, "Ready"), "503": _json(status, "Not ready")},
+        }
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "llgtriton",
+            "version": "1",
+            "description": "OpenAI-compatible API with structured output guaranteed by llguidance.",
+        },
+        "paths": {
+            "/v1/chat/completions": _generation(
+                "Chat completion", ChatCompletionRequest, ChatCompletion, ChatCompletionChunk
+            ),
+            "/v1/completions": _generation("Text completion", CompletionRequest, Completion, Completion),
+            "/v1/models": {
+                "get": {
+                    "summary": "The served model",
+                    "responses": {"200": _json(_ref(ModelList), "The model list"), **_errors("401")},
+                }
+            },
+            "/v1/models/{model}": {
+                "get": {
+                    "summary": "One model",
+                    "parameters": [
+                        {
+                            "name": "model",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string", "enum": [served_model]},
+                        }
+                    ],
+                    "responses": {"200": _json(_ref(ModelCard), "The model"), **_errors("401", "404")},
+                }
+            },
+            "/health": health,
+            "/ready": ready,
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics of the proxy",
+                    "responses": {
+                        "200": {
+                            "description": "Prometheus text format",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
+        },
+        "components": {"schemas": components},
+    }
