@@ -7,6 +7,7 @@ tokenizer), so they show what a constrained generation can and cannot produce.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import llguidance
@@ -340,3 +341,31 @@ def test_check_grammar_reports_llguidance_message() -> None:
 
 def test_guide_error_is_a_value_error() -> None:
     assert issubclass(GuideError, ValueError)
+
+
+# Random regexes: llguidance's language is Python's on this fragment -----------------------------
+
+REGEX_ATOMS = st.sampled_from(["a", "b", "c", "x", "[a-c]", "[0-9]", "[^a-y]", ".", r"\d", r"\.", "é"])
+REGEXES = st.recursive(
+    REGEX_ATOMS,
+    lambda inner: st.one_of(
+        st.tuples(inner, inner).map("".join),
+        st.tuples(inner, inner).map(lambda pair: f"(?:{pair[0]}|{pair[1]})"),
+        st.tuples(inner, st.sampled_from(["?", "*", "+", "{2}", "{0,3}", "{1,}"])).map(
+            lambda pair: f"(?:{pair[0]}){pair[1]}"
+        ),
+    ),
+    max_leaves=8,
+)
+SUBJECTS = st.text(alphabet="abcxyé0.9\n", max_size=8)
+
+
+@given(REGEXES, st.data())
+@settings(max_examples=60, deadline=None)
+def test_random_regexes_match_what_python_matches(regex: str, data: st.DataObject) -> None:
+    """Strings the regex fully matches are produced; random strings are produced only if they match."""
+    grammar = compiled(GuideType.REGEX, regex)
+    member = data.draw(st.from_regex(regex, fullmatch=True).filter(lambda s: "\n" not in s), label="member")
+    assert accepts(grammar, member), (regex, member)
+    subject = data.draw(SUBJECTS, label="subject")
+    assert accepts(grammar, subject) == (re.fullmatch(regex, subject) is not None), (regex, subject)
