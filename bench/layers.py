@@ -191,8 +191,9 @@ class Server:
 
 
 @contextlib.contextmanager
-def running_server(out: Path, name: str) -> Iterator[Server]:
-    """``llgtriton serve`` as ``make serve`` runs it, on free ports, stopped with Ctrl-C at the end.
+def running_server(out: Path, name: str, *extra: str) -> Iterator[Server]:
+    """``llgtriton serve`` as ``make serve`` runs it (plus ``extra`` flags), on free ports, stopped with
+    Ctrl-C at the end.
 
     Its log goes to ``out/<name>_server.log``, which is kept only when something fails.
     """
@@ -208,6 +209,7 @@ def running_server(out: Path, name: str) -> Iterator[Server]:
         f"--triton-http-port={http_port}",
         f"--triton-grpc-port={grpc_port}",
         f"--triton-metrics-port={metrics_port}",
+        *extra,
     ]
     with log.open("wb") as handle:
         process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)

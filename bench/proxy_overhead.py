@@ -1,0 +1,163 @@
+"""What the proxy adds on top of Triton, with an engine so fast that the layers above it dominate.
+
+Starts ``llgtriton serve --engine-engine synthetic``: the real tritonserver and python backend,
+whose engine loads no model and streams ``--max-tokens`` tokens per request as fast as it can
+send them. At each concurrency (closed loop: that many clients, each sending its next request when
+the previous one ends) the same streaming requests go, alternately:
+
+- ``direct``: straight to Triton over gRPC with ``tritonclient.grpc.aio`` (the proxy's own client,
+  with the shared wire codec);
+- ``proxy``: through the OpenAI API, with a lean ``httpx`` client that counts SSE events, so the
+  load generator's own parsing does not hide the proxy's cost.
+
+Reported per layer: requests/s, chunks/s, latency per request (send to last chunk) p50/p99 and
+time to first chunk p50; then what the proxy adds: p50 latency per request and per chunk, and
+its share of direct throughput.
+
+    .venv/bin/python -m bench.proxy_overhead --concurrency 1 16 64 256 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.layers import quiet_logging, running_server
+from llgtriton import wire
+from proxy.triton_client import TritonGenerationClient
+
+logger = logging.getLogger("bench.proxy_overhead")
+PROMPT = "Count the tokens."
+
+
+@dataclass
+class Trace:
+    started: float = field(default_factory=time.perf_counter)
+    chunks: list[float] = field(default_factory=list)
+
+    def chunk(self) -> None:
+        self.chunks.append(time.perf_counter() - self.started)
+
+
+Send = Callable[[int], Awaitable[Trace]]
+
+
+async def via_triton(client: TritonGenerationClient, max_tokens: int, index: int) -> Trace:
+    request = wire.GenerationRequest(prompt=PROMPT, max_tokens=max_tokens, stream=True)
+    trace = Trace()
+    async for output in client.generate(request, f"direct-{index}"):
+        if output.text:
+            trace.chunk()
+    return trace
+
+
+async def via_proxy(client: httpx.AsyncClient, model: str, max_tokens: int, index: int) -> Trace:
+    body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "stream": True}
+    trace = Trace()
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if line.startswith("data: {") and '"text":""' not in line:  # a chunk with text
+                trace.chunk()
+    return trace
+
+
+async def closed_loop(send: Send, concurrency: int, seconds: float) -> dict[str, float]:
+    traces: list[Trace] = []
+    deadline = time.perf_counter() + seconds
+    counter = iter(range(1 << 62))
+
+    async def client() -> None:
+        while time.perf_counter() < deadline:
+            traces.append(await send(next(counter)))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    latencies = sorted(trace.chunks[-1] for trace in traces if trace.chunks)
+    return {
+        "requests": len(traces),
+        "requests_per_s": len(traces) / elapsed,
+        "chunks_per_s": sum(len(trace.chunks) for trace in traces) / elapsed,
+        "chunks_per_request": statistics.mean(len(trace.chunks) for trace in traces),
+        "latency_ms_p50": statistics.median(latencies) * 1e3,
+        "latency_ms_p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3,
+        "first_chunk_ms_p50": statistics.median(trace.chunks[0] for trace in traces if trace.chunks) * 1e3,
+    }
+
+
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def added(direct: dict[str, float], proxy: dict[str, float]) -> dict[str, float]:
+    per_request = proxy["latency_ms_p50"] - direct["latency_ms_p50"]
+    return {
+        "added_ms_per_request_p50": per_request,
+        "added_ms_per_chunk": per_request / proxy["chunks_per_request"],
+        "proxy_share_of_direct_throughput": proxy["chunks_per_s"] / direct["chunks_per_s"],
+    }
+
+
+async def run(arguments: argparse.Namespace, proxy_port: int, grpc_port: int) -> dict[str, Any]:
+    triton = TritonGenerationClient(f"127.0.0.1:{grpc_port}", "llm", timeout_s=600)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{proxy_port}", limits=limits, timeout=600)
+    model = (await http.get("/v1/models")).json()["data"][0]["id"]
+    layers: dict[str, Send] = {
+        "direct": lambda index: via_triton(triton, arguments.max_tokens, index),
+        "proxy": lambda index: via_proxy(http, model, arguments.max_tokens, index),
+    }
+    results: dict[str, Any] = {}
+    try:
+        for send in layers.values():  # warm both paths, untimed
+            await closed_loop(send, 4, 1.0)
+        for concurrency in arguments.concurrency:
+            rounds: dict[str, list[dict[str, float]]] = {name: [] for name in layers}
+            for round_index in range(arguments.rounds):  # alternate the order round by round
+                names = list(layers) if round_index % 2 == 0 else list(reversed(layers))
+                for name in names:
+                    rounds[name].append(await closed_loop(layers[name], concurrency, arguments.seconds))
+            figures = {
+                name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in rounds.items()
+            }
+            figures["proxy_adds"] = added(figures["direct"], figures["proxy"])
+            results[str(concurrency)] = figures
+            logger.info("concurrency %d: %s", concurrency, json.dumps(figures))
+    finally:
+        await triton.close()
+        await http.aclose()
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256])
+    parser.add_argument("--seconds", type=float, default=10.0, help="per layer, concurrency and round")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per concurrency, alternating the order")
+    parser.add_argument("--max-tokens", type=int, default=64, help="chunks per request")
+    parser.add_argument("--out", type=Path, default=Path("docs/results/proxy_overhead.json"))
+    arguments = parser.parse_args(argv)
+    quiet_logging()
+    arguments.out.parent.mkdir(parents=True, exist_ok=True)
+    with running_server(arguments.out.parent, "proxy_overhead", "--engine-engine=synthetic") as server:
+        results = asyncio.run(run(arguments, server.proxy_port, server.grpc_port))
+    command = " ".join(["python -m bench.proxy_overhead", *(sys.argv[1:] if argv is None else argv)])
+    payload = {"command": command, "date": time.strftime("%Y-%m-%d"), "results": results}
+    arguments.out.write_text(json.dumps(payload, indent=2) + "\n")
+    logger.info("wrote %s", arguments.out)
+
+
+if __name__ == "__main__":
+    main()
