@@ -18,6 +18,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit) before the mask
 
     @property
     def greedy(self) -> bool:
@@ -56,6 +57,7 @@ class EngineRequest:
     stream: bool = False
     grammar: str | None = None  # an llguidance grammar; the output must match it
     logits_processor: LogitsPostProcessor | None = None
+    logprobs: int | None = None  # report logprobs with this many alternatives (None: do not)
 
 
 class ResponseSink(Protocol):

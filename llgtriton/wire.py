@@ -36,12 +36,16 @@ FREQUENCY_PENALTY = "frequency_penalty"
 STOP_WORDS = "stop_words"
 GUIDE_TYPE = "guided_decoding_guide_type"
 GUIDE = "guided_decoding_guide"
+RETURN_LOG_PROBS = "return_log_probs"  # TensorRT-LLM's name
+TOP_LOGPROBS = "top_logprobs"
+LOGIT_BIAS = "logit_bias"  # JSON object {"<token id>": bias}, as OpenAI's
 
 # Outputs ------------------------------------------------------------------------------------
 TEXT_OUTPUT = "text_output"
 FINISH_REASON = "finish_reason"
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
+TOKEN_LOGPROBS = "token_logprobs"  # JSON list, one entry per token of this response ("" when not asked)
 
 # Triton data types of every tensor, as written in config.pbtxt (TYPE_<name>).
 INPUT_TYPES: dict[str, str] = {
@@ -58,12 +62,16 @@ INPUT_TYPES: dict[str, str] = {
     STOP_WORDS: "STRING",
     GUIDE_TYPE: "STRING",
     GUIDE: "STRING",
+    RETURN_LOG_PROBS: "BOOL",
+    TOP_LOGPROBS: "INT32",
+    LOGIT_BIAS: "STRING",
 }
 OUTPUT_TYPES: dict[str, str] = {
     TEXT_OUTPUT: "STRING",
     FINISH_REASON: "STRING",
     NUM_INPUT_TOKENS: "INT32",
     NUM_OUTPUT_TOKENS: "INT32",
+    TOKEN_LOGPROBS: "STRING",
 }
 # Inputs whose dims are [-1] (a list per request); all others are [1].
 LIST_INPUTS = frozenset({STOP_WORDS})
@@ -125,10 +133,28 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     guide_type: GuideType | None = None
     guide: str | None = None
+    logprobs: bool = False  # report each generated token's log probability
+    top_logprobs: int = 0  # and this many most likely alternatives (needs logprobs)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
             raise WireError(f"send exactly one of {TEXT_INPUT!r} and {CHAT_MESSAGES!r}")
+
+
+@dataclass(frozen=True)
+class Alternative:
+    token: bytes
+    logprob: float
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's bytes and log probability, with the most likely alternatives."""
+
+    token: bytes
+    logprob: float
+    top: tuple[Alternative, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,6 +165,8 @@ class GenerationOutput:
     finish_reason: FinishReason | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # The tokens this response covers, when the request asked for logprobs (None otherwise).
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 # Encoding -----------------------------------------------------------------------------------
@@ -181,7 +209,44 @@ def encode_request(request: GenerationRequest) -> dict[str, Array]:
         tensors[GUIDE_TYPE] = _scalar(GUIDE_TYPE, request.guide_type.value)
     if request.guide is not None:
         tensors[GUIDE] = _scalar(GUIDE, request.guide)
+    if request.logprobs:
+        tensors[RETURN_LOG_PROBS] = _scalar(RETURN_LOG_PROBS, True)
+        tensors[TOP_LOGPROBS] = _scalar(TOP_LOGPROBS, request.top_logprobs)
+    if request.logit_bias:
+        tensors[LOGIT_BIAS] = _scalar(LOGIT_BIAS, json.dumps({str(t): b for t, b in request.logit_bias}))
     return tensors
+
+
+def _logprobs_json(entries: tuple[TokenLogprob, ...] | None) -> str:
+    if entries is None:
+        return ""
+    return json.dumps(
+        [
+            {
+                "token": list(e.token),
+                "logprob": e.logprob,
+                "top": [{"token": list(a.token), "logprob": a.logprob} for a in e.top],
+            }
+            for e in entries
+        ],
+        separators=(",", ":"),
+    )
+
+
+def _logprobs_from_json(payload: str) -> tuple[TokenLogprob, ...] | None:
+    if not payload:
+        return None
+    try:
+        return tuple(
+            TokenLogprob(
+                bytes(e["token"]),
+                float(e["logprob"]),
+                tuple(Alternative(bytes(a["token"]), float(a["logprob"])) for a in e["top"]),
+            )
+            for e in json.loads(payload)
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        raise WireError(f"{TOKEN_LOGPROBS!r} is malformed: {exc}") from None
 
 
 def encode_output(output: GenerationOutput) -> dict[str, Array]:
@@ -191,6 +256,7 @@ def encode_output(output: GenerationOutput) -> dict[str, Array]:
         FINISH_REASON: _scalar(FINISH_REASON, reason),
         NUM_INPUT_TOKENS: _scalar(NUM_INPUT_TOKENS, output.prompt_tokens),
         NUM_OUTPUT_TOKENS: _scalar(NUM_OUTPUT_TOKENS, output.completion_tokens),
+        TOKEN_LOGPROBS: _scalar(TOKEN_LOGPROBS, _logprobs_json(output.logprobs)),
     }
 
 
@@ -261,6 +327,21 @@ def _messages(payload: str) -> tuple[ChatMessage, ...]:
     return tuple(messages)
 
 
+def _logit_bias(payload: str) -> tuple[tuple[int, float], ...]:
+    try:
+        raw = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise WireError(f"{LOGIT_BIAS!r} is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise WireError(f"{LOGIT_BIAS!r} must be a JSON object of token id to bias")
+    bias = []
+    for key, value in raw.items():
+        if not (key.isdigit() and isinstance(value, int | float) and not isinstance(value, bool)):
+            raise WireError(f"{LOGIT_BIAS!r} maps token ids (digits) to numbers; got {key!r}: {value!r}")
+        bias.append((int(key), float(value)))
+    return tuple(bias)
+
+
 def decode_request(get: TensorGetter) -> GenerationRequest:
     """Build a :class:`GenerationRequest` from input tensors; ``get`` returns None for absent ones."""
     prompt_value = _one(get, TEXT_INPUT)
@@ -278,6 +359,8 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
             allowed = ", ".join(t.value for t in GuideType)
             raise WireError(f"unknown {GUIDE_TYPE} {name!r}; use one of {allowed}") from None
     stream_value = _one(get, STREAM)
+    logprobs_value = _one(get, RETURN_LOG_PROBS)
+    bias_value = _one(get, LOGIT_BIAS)
     return GenerationRequest(
         prompt=None if prompt_value is None else _text(prompt_value, TEXT_INPUT),
         messages=None if messages_value is None else _messages(_text(messages_value, CHAT_MESSAGES)),
@@ -292,6 +375,9 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
         stop=tuple(s for s in stop if s),
         guide_type=guide_type,
         guide=None if guide_value is None else _text(guide_value, GUIDE),
+        logprobs=bool(logprobs_value) if logprobs_value is not None else False,
+        top_logprobs=_int(get, TOP_LOGPROBS) or 0,
+        logit_bias=() if bias_value is None else _logit_bias(_text(bias_value, LOGIT_BIAS)),
     )
 
 
@@ -305,4 +391,5 @@ def decode_output(get: TensorGetter) -> GenerationOutput:
         finish_reason=FinishReason(reason) if reason else None,
         prompt_tokens=_int(get, NUM_INPUT_TOKENS) or 0,
         completion_tokens=_int(get, NUM_OUTPUT_TOKENS) or 0,
+        logprobs=_logprobs_from_json(_text(_one(get, TOKEN_LOGPROBS) or b"", TOKEN_LOGPROBS)),
     )

@@ -64,14 +64,8 @@ _GENERATION_ERRORS = {
 # Fields the request models parse but the proxy serves only with these values (anything else is a
 # 400 `unsupported_parameter`, see proxy/translate.py); the document states what is accepted.
 _ACCEPTED_ONLY: dict[str, dict[str, dict[str, Any]]] = {
-    "ChatCompletionRequest": {
-        "n": {"enum": [1]},
-        "logprobs": {"enum": [False, None]},
-    },
+    "ChatCompletionRequest": {},
     "CompletionRequest": {
-        "n": {"enum": [1]},
-        "echo": {"enum": [False, None]},
-        "logprobs": {"type": "null"},
         "suffix": {"enum": ["", None]},
         "best_of": {"enum": [1, None]},
     },

@@ -21,6 +21,10 @@ _ONE_PROMPT: Any = {
     "maxItems": 1,
 }  # one prompt per request
 MAX_TOOLS = 128  # OpenAI's own limit on functions per request
+MAX_N = 16  # choices per request: each is a full generation in the backend's batch
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit (chat); completions allow 5
+MAX_LOGIT_BIAS = 1024  # entries
+TOKEN_ID = r"^[0-9]+$"
 UINT64_MAX = 2**64 - 1
 INT32_MAX = 2**31 - 1
 
@@ -155,7 +159,10 @@ class _GenerationRequest(_Request):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: Integer = Field(1, ge=1)
+    n: Integer = Field(1, ge=1, le=MAX_N)
+    logit_bias: dict[Annotated[str, Field(pattern=TOKEN_ID)], Annotated[float, Field(ge=-100, le=100)]] | None = Field(
+        None, max_length=MAX_LOGIT_BIAS, json_schema_extra={"propertyNames": {"pattern": TOKEN_ID}}
+    )
     user: str | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
@@ -182,14 +189,14 @@ class ChatCompletionRequest(_GenerationRequest):
     tool_choice: ToolChoice = None
     parallel_tool_calls: bool | None = None
     logprobs: bool | None = None
-    top_logprobs: Integer | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS), BeforeValidator(_integral)] | None = None
 
 
 class CompletionRequest(_GenerationRequest):
     prompt: str | list[str] = Field(json_schema_extra={"anyOf": [{"type": "string"}, _ONE_PROMPT]})
     max_tokens: TokenCount | None = 16
     echo: bool | None = None
-    logprobs: Integer | None = None
+    logprobs: Annotated[int, Field(ge=0, le=5), BeforeValidator(_integral)] | None = None
     suffix: str | None = None
     best_of: Integer | None = None
 
@@ -253,11 +260,29 @@ class AssistantMessage(_Response):
     tool_calls: list[ToolCall] | None = Field(None, exclude_if=lambda calls: calls is None)
 
 
+class TopLogprob(_Response):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class ChatTokenLogprob(_Response):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(_Response):
+    content: list[ChatTokenLogprob] | None
+    refusal: None = None
+
+
 class ChatChoice(_Response):
     index: int
     message: AssistantMessage
     finish_reason: FinishReasonName | None
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletion(_Response):
@@ -291,7 +316,7 @@ class ChatChunkChoice(_Response):
     index: int
     delta: ChatDelta
     finish_reason: FinishReasonName | None = None
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletionChunk(_Response):
@@ -303,11 +328,18 @@ class ChatCompletionChunk(_Response):
     usage: Usage | None = None
 
 
+class CompletionLogprobs(_Response):
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
 class CompletionChoice(_Response):
     index: int
     text: str
     finish_reason: FinishReasonName | None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(_Response):

@@ -5,10 +5,15 @@ No HTTP types here; ``app.py`` frames what these functions return.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from llgtriton import wire
 from proxy.errors import InternalError
+from proxy.logprobs import chat_logprobs, completion_logprobs
 from proxy.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -31,21 +36,105 @@ from proxy.tools import ToolCallStream, ToolPlan, parse_calls
 from proxy.translate import chat_generation, completion_generation
 from proxy.triton_client import GenerationClient
 
+T = TypeVar("T")
 
-async def _final(outputs: AsyncIterator[wire.GenerationOutput]) -> tuple[str, wire.GenerationOutput]:
-    """All text of a generation and its last output (which carries the finish reason and counts)."""
+
+@dataclass(frozen=True)
+class _Finished:
+    """A whole generation: its text, its last output (finish reason, counts) and its logprobs."""
+
+    text: str
+    last: wire.GenerationOutput
+    logprobs: tuple[wire.TokenLogprob, ...] | None
+
+    @property
+    def reason(self) -> wire.FinishReason:
+        assert self.last.finish_reason is not None
+        return self.last.finish_reason
+
+
+async def _final(outputs: AsyncIterator[wire.GenerationOutput]) -> _Finished:
     parts: list[str] = []
+    logprobs: list[wire.TokenLogprob] | None = None
     last: wire.GenerationOutput | None = None
     async for output in outputs:
         parts.append(output.text)
+        if output.logprobs is not None:
+            logprobs = [*(logprobs or []), *output.logprobs]
         last = output
     if last is None or last.finish_reason is None:
         raise InternalError("the generation ended without a finish reason")
-    return "".join(parts), last
+    return _Finished("".join(parts), last, None if logprobs is None else tuple(logprobs))
 
 
-def _usage(output: wire.GenerationOutput) -> Usage:
-    return Usage.of(output.prompt_tokens, output.completion_tokens)
+def _copies(generation: wire.GenerationRequest, n: int) -> list[wire.GenerationRequest]:
+    """``n`` independent generations of one request; a given seed becomes n consecutive seeds."""
+    if generation.seed is None:
+        return [generation] * n
+    return [dataclasses.replace(generation, seed=(generation.seed + i) % 2**64) for i in range(n)]
+
+
+async def _all(runs: Sequence[Awaitable[T]]) -> list[T]:
+    """Every run's result; when one fails (or the caller is cancelled) the others are cancelled."""
+    tasks = [asyncio.ensure_future(run) for run in runs]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: Exception
+
+
+_DONE = object()
+
+
+async def _merged(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
+    """Items of all ``streams`` as they come; a failure in one ends all of them."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield item
+        return
+    queue: asyncio.Queue[object] = asyncio.Queue()
+
+    async def pump(stream: AsyncIterator[T]) -> None:
+        try:
+            async for item in stream:
+                await queue.put(item)
+        except Exception as exc:
+            await queue.put(_Failure(exc))
+        finally:
+            queue.put_nowait(_DONE)
+
+    tasks = [asyncio.create_task(pump(stream)) for stream in streams]
+    try:
+        running = len(tasks)
+        while running:
+            got = await queue.get()
+            if got is _DONE:
+                running -= 1
+            elif isinstance(got, _Failure):
+                raise got.error
+            else:
+                yield cast(T, got)  # everything else in the queue came from a stream
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _request_id(completion_id: str, index: int, n: int) -> str:
+    """The Triton request id of one choice: the response's id, suffixed with the choice when n > 1."""
+    return completion_id if n == 1 else f"{completion_id}-{index}"
+
+
+def _usage_of(lasts: Sequence[wire.GenerationOutput]) -> Usage:
+    """One prompt, every choice's completion tokens."""
+    return Usage.of(lasts[0].prompt_tokens, sum(last.completion_tokens for last in lasts))
 
 
 def _finish(reason: wire.FinishReason, called_tools: bool) -> FinishReasonName:
@@ -64,7 +153,8 @@ def _assistant(
 
 
 class Generations:
-    """Serves chat and text completions through a :class:`GenerationClient`."""
+    """Serves chat and text completions through a :class:`GenerationClient`; ``n`` choices are ``n``
+    generations run side by side."""
 
     def __init__(self, client: GenerationClient, model_name: str) -> None:
         self._client = client
@@ -73,72 +163,128 @@ class Generations:
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         completion_id = new_id("chatcmpl")
         translation = chat_generation(request)
-        text, last = await _final(self._client.generate(translation.generation, completion_id))
-        assert last.finish_reason is not None
-        message, finish = _assistant(translation.tools, text, last.finish_reason)
+        finished = await _all(
+            [
+                _final(self._client.generate(generation, _request_id(completion_id, index, request.n)))
+                for index, generation in enumerate(_copies(translation.generation, request.n))
+            ]
+        )
+        choices = []
+        for index, done in enumerate(finished):
+            message, finish = _assistant(translation.tools, done.text, done.reason)
+            logprobs = chat_logprobs(done.logprobs) if done.logprobs is not None else None
+            choices.append(ChatChoice(index=index, message=message, finish_reason=finish, logprobs=logprobs))
         return ChatCompletion(
             id=completion_id,
             created=now(),
             model=self.model_name,
-            choices=[ChatChoice(index=0, message=message, finish_reason=finish)],
-            usage=_usage(last),
+            choices=choices,
+            usage=_usage_of([done.last for done in finished]),
         )
 
     async def chat_stream(self, request: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
         completion_id, created = new_id("chatcmpl"), now()
-
-        def chunk(delta: ChatDelta, finish: FinishReasonName | None = None) -> ChatCompletionChunk:
-            choice = ChatChunkChoice(index=0, delta=delta, finish_reason=finish)
-            return ChatCompletionChunk(id=completion_id, created=created, model=self.model_name, choices=[choice])
-
         translation = chat_generation(request)
-        tools = ToolCallStream(translation.tools) if translation.tools is not None else None
-        last: wire.GenerationOutput | None = None
-        async for output in self._client.generate(translation.generation, completion_id):
-            if last is None:
-                yield chunk(ChatDelta(role="assistant", content=""))
-            if tools is not None:
-                for delta in tools.feed(output.text):
-                    yield chunk(delta)
-            elif output.text:
-                yield chunk(ChatDelta(content=output.text))
-            last = output
-        if last is None or last.finish_reason is None:
-            raise InternalError("the generation ended without a finish reason")
-        for delta in tools.finish() if tools is not None else []:
-            yield chunk(delta)
-        yield chunk(ChatDelta(), _finish(last.finish_reason, tools is not None and tools.calls > 0))
+        generations = _copies(translation.generation, request.n)
+        lasts: list[wire.GenerationOutput | None] = [None] * len(generations)
+
+        async def choice(index: int, generation: wire.GenerationRequest) -> AsyncIterator[ChatCompletionChunk]:
+            def chunk(
+                delta: ChatDelta, finish: FinishReasonName | None = None, output: wire.GenerationOutput | None = None
+            ) -> ChatCompletionChunk:
+                logprobs = chat_logprobs(output.logprobs) if output is not None and output.logprobs else None
+                return ChatCompletionChunk(
+                    id=completion_id,
+                    created=created,
+                    model=self.model_name,
+                    choices=[ChatChunkChoice(index=index, delta=delta, finish_reason=finish, logprobs=logprobs)],
+                )
+
+            tools = ToolCallStream(translation.tools) if translation.tools is not None else None
+            last: wire.GenerationOutput | None = None
+            async for output in self._client.generate(generation, _request_id(completion_id, index, request.n)):
+                if last is None:
+                    yield chunk(ChatDelta(role="assistant", content=""))
+                if tools is not None:
+                    for delta in tools.feed(output.text):
+                        yield chunk(delta)
+                elif output.text or output.logprobs:
+                    yield chunk(ChatDelta(content=output.text), output=output)
+                last = output
+            if last is None or last.finish_reason is None:
+                raise InternalError("the generation ended without a finish reason")
+            for delta in tools.finish() if tools is not None else []:
+                yield chunk(delta)
+            yield chunk(ChatDelta(), _finish(last.finish_reason, tools is not None and tools.calls > 0))
+            lasts[index] = last
+
+        async for item in _merged([choice(index, generation) for index, generation in enumerate(generations)]):
+            yield item
         if request.include_usage():
-            yield ChatCompletionChunk(
-                id=completion_id, created=created, model=self.model_name, choices=[], usage=_usage(last)
-            )
+            usage = _usage_of([last for last in lasts if last is not None])
+            yield ChatCompletionChunk(id=completion_id, created=created, model=self.model_name, choices=[], usage=usage)
 
     async def completion(self, request: CompletionRequest) -> Completion:
         completion_id = new_id("cmpl")
-        text, last = await _final(self._client.generate(completion_generation(request), completion_id))
-        assert last.finish_reason is not None
+        generation = completion_generation(request)
+        echo = request.prompt_text() if request.echo else ""
+        finished = await _all(
+            [
+                _final(self._client.generate(copy, _request_id(completion_id, index, request.n)))
+                for index, copy in enumerate(_copies(generation, request.n))
+            ]
+        )
+        choices = [
+            CompletionChoice(
+                index=index,
+                text=echo + done.text,
+                finish_reason=done.reason.value,
+                logprobs=completion_logprobs(done.logprobs, generation.top_logprobs, len(echo))
+                if done.logprobs is not None
+                else None,
+            )
+            for index, done in enumerate(finished)
+        ]
         return Completion(
             id=completion_id,
             created=now(),
             model=self.model_name,
-            choices=[CompletionChoice(index=0, text=text, finish_reason=last.finish_reason.value)],
-            usage=_usage(last),
+            choices=choices,
+            usage=_usage_of([done.last for done in finished]),
         )
 
     async def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
         completion_id, created = new_id("cmpl"), now()
+        generation = completion_generation(request)
+        copies = _copies(generation, request.n)
+        lasts: list[wire.GenerationOutput | None] = [None] * len(copies)
 
-        def chunk(text: str, finish: wire.FinishReason | None = None) -> Completion:
-            choice = CompletionChoice(index=0, text=text, finish_reason=finish.value if finish else None)
-            return Completion(id=completion_id, created=created, model=self.model_name, choices=[choice])
+        async def choice(index: int, copy: wire.GenerationRequest) -> AsyncIterator[Completion]:
+            def chunk(text: str, finish: wire.FinishReason | None = None, logprobs: Any = None) -> Completion:
+                reason = finish.value if finish else None
+                choice = CompletionChoice(index=index, text=text, finish_reason=reason, logprobs=logprobs)
+                return Completion(id=completion_id, created=created, model=self.model_name, choices=[choice])
 
-        last: wire.GenerationOutput | None = None
-        async for output in self._client.generate(completion_generation(request), completion_id):
-            if output.text:
-                yield chunk(output.text)
-            last = output
-        if last is None or last.finish_reason is None:
-            raise InternalError("the generation ended without a finish reason")
-        yield chunk("", last.finish_reason)
+            offset = 0
+            if request.echo:
+                offset = len(request.prompt_text())
+                yield chunk(request.prompt_text())
+            last: wire.GenerationOutput | None = None
+            async for output in self._client.generate(copy, _request_id(completion_id, index, request.n)):
+                if output.text or output.logprobs:
+                    logprobs = None
+                    if output.logprobs is not None:
+                        logprobs = completion_logprobs(output.logprobs, copy.top_logprobs, offset)
+                    yield chunk(output.text, logprobs=logprobs)
+                    offset += len(output.text)
+                last = output
+            if last is None or last.finish_reason is None:
+                raise InternalError("the generation ended without a finish reason")
+            yield chunk("", last.finish_reason)
+            lasts[index] = last
+
+        async for item in _merged([choice(index, copy) for index, copy in enumerate(copies)]):
+            yield item
         if request.include_usage():
-            yield Completion(id=completion_id, created=created, model=self.model_name, choices=[], usage=_usage(last))
+            usage = _usage_of([last for last in lasts if last is not None])
+            yield Completion(id=completion_id, created=created, model=self.model_name, choices=[], usage=usage)

@@ -139,8 +139,6 @@ def _log_unknown_fields(request: _GenerationRequest) -> None:
 
 def _common(request: _GenerationRequest, constraint: Constraint | None) -> dict[str, Any]:
     _log_unknown_fields(request)
-    if request.n != 1:
-        raise _refuse("n > 1", "n")
     return {
         "stream": request.stream,
         "temperature": request.temperature,
@@ -152,6 +150,7 @@ def _common(request: _GenerationRequest, constraint: Constraint | None) -> dict[
         "stop": request.stop_strings(),
         "guide_type": constraint.guide_type if constraint else None,
         "guide": constraint.guide if constraint else None,
+        "logit_bias": tuple((int(token), bias) for token, bias in (request.logit_bias or {}).items()),
     }
 
 
@@ -165,8 +164,8 @@ def _with_instructions(messages: tuple[wire.ChatMessage, ...], instructions: str
 
 
 def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
-    if request.logprobs:
-        raise _refuse("logprobs", "logprobs")
+    if request.top_logprobs and not request.logprobs:
+        raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
     found = _constraints(request)
     plan = plan_tools(request.tools, request.tool_choice, request.parallel_tool_calls)
     if plan is not None:
@@ -176,20 +175,28 @@ def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
     if plan is not None:
         messages = _with_instructions(messages, plan.instructions)
     max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
-    generation = wire.GenerationRequest(messages=messages, max_tokens=max_tokens, **_common(request, constraint))
+    generation = wire.GenerationRequest(
+        messages=messages,
+        max_tokens=max_tokens,
+        logprobs=bool(request.logprobs),
+        top_logprobs=request.top_logprobs or 0,
+        **_common(request, constraint),
+    )
     return ChatTranslation(generation, plan)
 
 
 def completion_generation(request: CompletionRequest) -> wire.GenerationRequest:
-    if request.echo:
-        raise _refuse("echo", "echo")
-    if request.logprobs is not None:
-        raise _refuse("logprobs", "logprobs")
+    if request.echo and request.logprobs is not None:
+        raise _refuse("echo with logprobs (the prompt's own logprobs)", "echo")
     if request.suffix:
         raise _refuse("suffix", "suffix")
     if request.best_of not in (None, 1):
         raise _refuse("best_of", "best_of")
     constraint = _one_constraint(_constraints(request))
     return wire.GenerationRequest(
-        prompt=request.prompt_text(), max_tokens=request.max_tokens, **_common(request, constraint)
+        prompt=request.prompt_text(),
+        max_tokens=request.max_tokens,
+        logprobs=request.logprobs is not None,
+        top_logprobs=request.logprobs or 0,
+        **_common(request, constraint),
     )

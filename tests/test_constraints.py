@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 from collections.abc import Iterator
@@ -51,6 +52,7 @@ def scheduler(loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, Gramma
         max_batch_size=4,
         max_model_len=1024,
         guidance=guidance,
+        token_bytes=lambda token: bytes(guidance[0].tokenizer.decode_bytes([token])),
     )
     running.start()
     yield running
@@ -309,3 +311,49 @@ def test_a_failure_while_consuming_ahead_ends_those_requests_not_the_step(
     finally:
         processor.remove(1001)
         processor.remove(1002)
+
+
+# Logprobs and logit_bias under a constraint ------------------------------------------------------
+
+
+def test_logprobs_are_the_distribution_after_the_mask(scheduler: Scheduler, loaded_model: Any) -> None:
+    """Only tokens the grammar allows are reported, and they carry all the probability."""
+    prompt = chat(loaded_model, "Is the sky blue? Answer yes or no.")
+    grammar = grammar_for(GuideType.CHOICE, json.dumps(["yes", "no"]))
+    (sink,) = generate(scheduler, EngineRequest("lp", prompt, 8, GREEDY, grammar=grammar, logprobs=20))
+    entries = [entry for output in sink.outputs for entry in output.logprobs or ()]
+    assert b"".join(entry.token for entry in entries).decode() == sink.text in ("yes", "no")
+    first = entries[0]
+    assert all(any(choice.startswith(a.token.decode()) for choice in ("yes", "no")) for a in first.top)
+    assert sum(math.exp(a.logprob) for a in first.top) == pytest.approx(1.0, abs=1e-4)  # nothing masked kept any
+    assert first.top[0].token == first.token and first.top[0].logprob == first.logprob  # greedy took the top
+    assert all(entry.logprob <= 0 for entry in entries)
+
+
+def test_logprobs_without_alternatives(scheduler: Scheduler, loaded_model: Any) -> None:
+    prompt = chat(loaded_model, "Say hi.")
+    (sink,) = generate(scheduler, EngineRequest("lp0", prompt, 5, GREEDY, logprobs=0, stream=True))
+    entries = [entry for output in sink.outputs for entry in output.logprobs or ()]
+    assert len(entries) == sink.outputs[-1].completion_tokens - (sink.outputs[-1].finish_reason == FinishReason.STOP)
+    assert all(entry.top == () for entry in entries)
+
+
+def test_no_logprobs_unless_asked(scheduler: Scheduler, loaded_model: Any) -> None:
+    (sink,) = generate(scheduler, EngineRequest("none", chat(loaded_model, "Say hi."), 3, GREEDY))
+    assert all(output.logprobs is None for output in sink.outputs)
+
+
+def test_logit_bias_steers_free_text_but_never_lifts_the_mask(
+    scheduler: Scheduler, loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache]
+) -> None:
+    tokenizer = guidance[0].tokenizer
+    (forced,) = tokenizer.tokenize_str("banana")[:1]
+    prompt = chat(loaded_model, "Is the sky blue? Answer yes or no.")
+    bias = SamplingParams(temperature=0.0, logit_bias=((forced, 100.0),))
+    free, held = generate(
+        scheduler,
+        EngineRequest("free", prompt, 1, bias),
+        EngineRequest("held", prompt, 8, bias, grammar=grammar_for(GuideType.CHOICE, json.dumps(["yes", "no"]))),
+    )
+    assert tokenizer.tokenize_str(free.text)[:1] == [forced]
+    assert held.text in ("yes", "no")

@@ -542,11 +542,7 @@ async def test_body_over_the_limit_is_a_413(client: ScriptedClient) -> None:
 
 
 UNSUPPORTED = [
-    ("/v1/chat/completions", {"n": 2}, "n"),
-    ("/v1/chat/completions", {"logprobs": True}, "logprobs"),
-    ("/v1/completions", {"n": 3}, "n"),
-    ("/v1/completions", {"echo": True}, "echo"),
-    ("/v1/completions", {"logprobs": 2}, "logprobs"),
+    ("/v1/completions", {"echo": True, "logprobs": 2}, "echo"),
     ("/v1/completions", {"suffix": "end"}, "suffix"),
     ("/v1/completions", {"best_of": 2}, "best_of"),
 ]
@@ -590,7 +586,7 @@ async def test_requests_still_succeed_after_every_kind_of_error(client: Scripted
         statuses.append((await http.get("/v1/nowhere")).status_code)
         statuses.append((await http.get("/v1/completions")).status_code)
         statuses.append((await http.post("/v1/completions", json=_completion(prompt="x" * 2000))).status_code)
-        statuses.append((await http.post("/v1/chat/completions", json=_chat(n=2))).status_code)
+        statuses.append((await http.post("/v1/completions", json=_completion(best_of=2))).status_code)
         client.script(HELLO_WORLD, error=ServiceUnavailableError("down"), error_after=0)
         statuses.append((await http.post("/v1/chat/completions", json=_chat())).status_code)
         client.script(HELLO_WORLD, error=RuntimeError("boom"), error_after=0)
@@ -667,10 +663,10 @@ async def test_sdk_models(sdk: openai.AsyncOpenAI) -> None:
 
 async def test_sdk_sees_unsupported_parameter_as_bad_request(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        await sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], n=2)
+        await sdk.completions.create(model=MODEL, prompt="x", best_of=2)
     assert caught.value.status_code == 400
     assert caught.value.code == "unsupported_parameter"
-    assert caught.value.param == "n"
+    assert caught.value.param == "best_of"
     assert client.requests == []
 
 

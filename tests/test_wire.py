@@ -64,15 +64,27 @@ def generation_requests(draw: st.DrawFn) -> wire.GenerationRequest:
         stop=tuple(draw(st.lists(texts.filter(bool), max_size=5))),
         guide_type=draw(st.none() | st.sampled_from(list(wire.GuideType))),
         guide=draw(st.none() | texts),
+        logprobs=(logprobs := draw(st.booleans())),
+        top_logprobs=draw(st.integers(0, 20)) if logprobs else 0,
+        logit_bias=tuple(draw(st.dictionaries(st.integers(0, 2**40), st.floats(-100, 100), max_size=4)).items()),
     )
 
 
+finite = st.floats(allow_nan=False, allow_infinity=False)
+alternatives = st.builds(wire.Alternative, token=st.binary(max_size=6), logprob=finite)
+token_logprobs = st.builds(
+    wire.TokenLogprob,
+    token=st.binary(max_size=6),  # any bytes: a token may hold part of a character
+    logprob=finite,
+    top=st.lists(alternatives, max_size=3).map(tuple),
+)
 generation_outputs = st.builds(
     wire.GenerationOutput,
     text=texts,
     finish_reason=st.none() | st.sampled_from(list(wire.FinishReason)),
     prompt_tokens=st.integers(0, INT32_MAX),
     completion_tokens=st.integers(0, INT32_MAX),
+    logprobs=st.none() | st.lists(token_logprobs, max_size=3).map(tuple),
 )
 
 
@@ -127,6 +139,13 @@ def test_output_round_trips_through_the_wire(output: wire.GenerationOutput) -> N
         assert array.shape == (1, 1), name
     assert wire.decode_output(_getter(tensors)) == output
     assert wire.decode_output(_getter(_unbatched(tensors))) == output
+
+
+@pytest.mark.parametrize("payload", [b"[1]", b"{", b'{"a": 1}', b'{"1": "x"}', b'{"1": true}', b'{"-1": 2}'])
+def test_malformed_logit_bias_is_refused(payload: bytes) -> None:
+    tensors = {wire.TEXT_INPUT: _bytes(b"hi"), wire.LOGIT_BIAS: _bytes(payload)}
+    with pytest.raises(wire.WireError, match="logit_bias"):
+        wire.decode_request(_getter(tensors))
 
 
 def test_seed_keeps_all_64_bits() -> None:

@@ -1,7 +1,7 @@
 """Triton python backend adapter for llgtriton; the only module that imports pb_utils.
 
 It decodes request tensors with the shared wire contract, hands them to the backend's
-:class:`GenerationService` and turns the service's outputs into decoupled responses. Every
+:class:`GenerationService` (or the synthetic one) and turns the service's outputs into decoupled responses. Every
 request ends with a FINAL response, also when it fails or is cancelled.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 
 from backend.errors import BackendError
-from backend.service import GenerationService
+from backend.service import start_service
 from backend.telemetry import MetricsPublisher
 from llgtriton import wire
 from llgtriton.logs import configure_logging
@@ -96,7 +96,7 @@ class TritonPythonModel:
         if not pb_utils.using_decoupled_model_transaction_policy(config):
             raise pb_utils.TritonModelException("the llm model must be decoupled (streaming responses)")
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
-        self._service = GenerationService.start(engine_settings_from(parameters, os.environ))
+        self._service = start_service(engine_settings_from(parameters, os.environ))
         self._metric_factory = TritonMetricFactory(args["model_name"])
         self._metrics = MetricsPublisher(self._metric_factory, self._service.step_counters, self._service.load)
         self._metrics.start()

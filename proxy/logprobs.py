@@ -1,0 +1,49 @@
+"""The backend's token logprobs in OpenAI's two shapes: chat's ``content`` list and completions' columns.
+
+The backend reports log probabilities from the logits as the constraint, ``logit_bias`` and the
+penalties left them, before temperature, top-k and top-p: under a constraint, the model's
+distribution over the tokens the grammar allows. A token's text is its bytes decoded as UTF-8
+(a token holding part of a character shows U+FFFD; ``bytes`` is exact).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llgtriton import wire
+from proxy.protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
+
+
+def _text(token: bytes) -> str:
+    return token.decode("utf-8", errors="replace")
+
+
+def chat_logprobs(entries: Sequence[wire.TokenLogprob]) -> ChatLogprobs:
+    return ChatLogprobs(
+        content=[
+            ChatTokenLogprob(
+                token=_text(entry.token),
+                logprob=entry.logprob,
+                bytes=list(entry.token),
+                top_logprobs=[
+                    TopLogprob(token=_text(a.token), logprob=a.logprob, bytes=list(a.token)) for a in entry.top
+                ],
+            )
+            for entry in entries
+        ]
+    )
+
+
+def completion_logprobs(entries: Sequence[wire.TokenLogprob], top: int, offset: int) -> CompletionLogprobs:
+    """Columns for ``entries``; ``offset`` is where their text starts in the choice's text."""
+    tokens = [_text(entry.token) for entry in entries]
+    offsets = []
+    for token in tokens:
+        offsets.append(offset)
+        offset += len(token)
+    return CompletionLogprobs(
+        tokens=tokens,
+        token_logprobs=[entry.logprob for entry in entries],
+        top_logprobs=[{_text(a.token): a.logprob for a in entry.top} for entry in entries] if top else None,
+        text_offset=offsets,
+    )

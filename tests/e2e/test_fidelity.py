@@ -1,0 +1,96 @@
+"""logprobs under constraints, n, echo and logit_bias through the real path, parsed by the openai SDK."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+
+from tests.conftest import RunningServer
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "SmolLM2-135M-Instruct"
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+ASK: list[Any] = [{"role": "user", "content": "Give me JSON for a person named Ann aged 31."}]
+SCHEMA_FORMAT: Any = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+
+
+@pytest.fixture(scope="module")
+def client(server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0)
+
+
+def test_constrained_chat_reports_the_logprobs_of_its_tokens(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model=MODEL, messages=ASK, response_format=SCHEMA_FORMAT, logprobs=True, top_logprobs=5, max_tokens=60
+    )
+    choice = response.choices[0]
+    jsonschema.validate(json.loads(choice.message.content or ""), PERSON)
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    content = choice.logprobs.content
+    assert "".join(token.token for token in content) == choice.message.content  # one entry per token, in order
+    assert bytes(b for token in content for b in token.bytes or []).decode() == choice.message.content
+    assert response.usage is not None and len(content) <= response.usage.completion_tokens
+    for token in content:
+        assert token.logprob <= 0
+        assert 1 <= len(token.top_logprobs) <= 5
+        assert sum(math.exp(top.logprob) for top in token.top_logprobs) <= 1 + 1e-4
+    # The schema allows only tokens starting with "{" first: after the mask, no other is reported.
+    assert all(top.token.startswith("{") for top in content[0].top_logprobs), content[0].top_logprobs
+
+
+def test_streamed_logprobs_cover_the_streamed_text(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL, messages=ASK, response_format=SCHEMA_FORMAT, logprobs=True, max_tokens=60, stream=True
+    )
+    text, tokens = "", ""
+    for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+            tokens += "".join(t.token for t in (chunk.choices[0].logprobs and chunk.choices[0].logprobs.content) or [])
+    assert tokens == text
+    jsonschema.validate(json.loads(text), PERSON)
+
+
+def test_n_constrained_choices_each_follow_the_schema(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model=MODEL, messages=ASK, response_format=SCHEMA_FORMAT, n=3, temperature=1.0, seed=7, max_tokens=60
+    )
+    assert [choice.index for choice in response.choices] == [0, 1, 2]
+    for choice in response.choices:
+        jsonschema.validate(json.loads(choice.message.content or ""), PERSON)
+    again = client.chat.completions.create(
+        model=MODEL, messages=ASK, response_format=SCHEMA_FORMAT, n=3, temperature=1.0, seed=7, max_tokens=60
+    )
+    assert [c.message.content for c in again.choices] == [c.message.content for c in response.choices]
+
+
+def test_completion_echo_and_logprobs(client: openai.OpenAI) -> None:
+    echoed = client.completions.create(model=MODEL, prompt="The capital of France is", echo=True, max_tokens=4)
+    assert echoed.choices[0].text.startswith("The capital of France is")
+    scored = client.completions.create(model=MODEL, prompt="The capital of France is", logprobs=3, max_tokens=4)
+    logprobs = scored.choices[0].logprobs
+    assert logprobs is not None and logprobs.tokens is not None and logprobs.top_logprobs is not None
+    assert "".join(logprobs.tokens) == scored.choices[0].text
+    assert all(len(top) <= 3 for top in logprobs.top_logprobs)
+
+
+def test_logit_bias_forces_a_token_and_refuses_an_unknown_one(client: openai.OpenAI, tokenizer: Any) -> None:
+    (banana,) = tokenizer.encode(" banana")[:1]
+    response = client.completions.create(
+        model=MODEL, prompt="My favourite fruit is", max_tokens=1, temperature=0, logit_bias={str(banana): 100}
+    )
+    assert tokenizer.encode(response.choices[0].text)[:1] == [banana]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=1, logit_bias={"99999999": 5})
+    assert "vocabulary" in caught.value.message
