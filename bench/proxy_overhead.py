@@ -35,6 +35,7 @@ import httpx
 
 from bench.layers import quiet_logging, running_server
 from llgtriton import wire
+from proxy.errors import ProxyError
 from proxy.triton_client import TritonGenerationClient
 
 logger = logging.getLogger("bench.proxy_overhead")
@@ -75,19 +76,26 @@ async def via_proxy(client: httpx.AsyncClient, model: str, max_tokens: int, inde
 
 async def closed_loop(send: Send, concurrency: int, seconds: float) -> dict[str, float]:
     traces: list[Trace] = []
+    failures: list[str] = []
     deadline = time.perf_counter() + seconds
     counter = iter(range(1 << 62))
 
     async def client() -> None:
         while time.perf_counter() < deadline:
-            traces.append(await send(next(counter)))
+            try:
+                traces.append(await send(next(counter)))
+            except (httpx.HTTPError, OSError, ProxyError) as exc:  # counted and reported, not fatal
+                failures.append(type(exc).__name__)
 
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
     latencies = sorted(trace.chunks[-1] for trace in traces if trace.chunks)
+    if failures:
+        logger.warning("%d requests failed: %s", len(failures), sorted(set(failures)))
     return {
         "requests": len(traces),
+        "failed": len(failures),
         "requests_per_s": len(traces) / elapsed,
         "chunks_per_s": sum(len(trace.chunks) for trace in traces) / elapsed,
         "chunks_per_request": statistics.mean(len(trace.chunks) for trace in traces),
@@ -110,25 +118,40 @@ def added(direct: dict[str, float], proxy: dict[str, float]) -> dict[str, float]
     }
 
 
+class ProxyClients:
+    """A fresh HTTP client (connection pool) per timed run: uvicorn closes connections idle for 5 s,
+    and a pool kept across the other layer's run would reuse closed ones."""
+
+    def __init__(self, base_url: str) -> None:
+        self._base_url = base_url
+
+    def new(self) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        return httpx.AsyncClient(base_url=self._base_url, limits=limits, timeout=600)
+
+
 async def run(arguments: argparse.Namespace, proxy_port: int, grpc_port: int) -> dict[str, Any]:
     triton = TritonGenerationClient(f"127.0.0.1:{grpc_port}", "llm", timeout_s=600)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{proxy_port}", limits=limits, timeout=600)
-    model = (await http.get("/v1/models")).json()["data"][0]["id"]
-    layers: dict[str, Send] = {
-        "direct": lambda index: via_triton(triton, arguments.max_tokens, index),
-        "proxy": lambda index: via_proxy(http, model, arguments.max_tokens, index),
-    }
+    clients = ProxyClients(f"http://127.0.0.1:{proxy_port}")
+    async with clients.new() as http:
+        model = (await http.get("/v1/models")).json()["data"][0]["id"]
+
+    async def timed(name: str, concurrency: int, seconds: float) -> dict[str, float]:
+        if name == "direct":
+            return await closed_loop(lambda i: via_triton(triton, arguments.max_tokens, i), concurrency, seconds)
+        async with clients.new() as http:
+            return await closed_loop(lambda i: via_proxy(http, model, arguments.max_tokens, i), concurrency, seconds)
+
+    layers = ("direct", "proxy")
     results: dict[str, Any] = {}
     try:
-        for send in layers.values():  # warm both paths, untimed
-            await closed_loop(send, 4, 1.0)
+        for name in layers:  # warm both paths, untimed
+            await timed(name, 4, 1.0)
         for concurrency in arguments.concurrency:
             rounds: dict[str, list[dict[str, float]]] = {name: [] for name in layers}
             for round_index in range(arguments.rounds):  # alternate the order round by round
-                names = list(layers) if round_index % 2 == 0 else list(reversed(layers))
-                for name in names:
-                    rounds[name].append(await closed_loop(layers[name], concurrency, arguments.seconds))
+                for name in layers if round_index % 2 == 0 else reversed(layers):
+                    rounds[name].append(await timed(name, concurrency, arguments.seconds))
             figures = {
                 name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in rounds.items()
             }
@@ -137,7 +160,6 @@ async def run(arguments: argparse.Namespace, proxy_port: int, grpc_port: int) ->
             logger.info("concurrency %d: %s", concurrency, json.dumps(figures))
     finally:
         await triton.close()
-        await http.aclose()
     return results
 
 

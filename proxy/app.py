@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -56,10 +56,13 @@ async def _read_body(request: Request, limit: int) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLargeError(f"the request body is {declared} bytes; the limit is {limit} bytes")
     body = bytearray()
-    async for part in request.stream():
-        body.extend(part)
-        if len(body) > limit:
-            raise PayloadTooLargeError(f"the request body exceeds the limit of {limit} bytes")
+    try:
+        async for part in request.stream():
+            body.extend(part)
+            if len(body) > limit:
+                raise PayloadTooLargeError(f"the request body exceeds the limit of {limit} bytes")
+    except ClientDisconnect:  # gone before its body arrived: nothing to answer, nothing went wrong
+        raise ClientDisconnectedError("the client disconnected while sending its request") from None
     return bytes(body)
 
 

@@ -192,3 +192,39 @@ async def test_a_client_that_hangs_up_while_queued_cancels_its_generation(stream
     await asyncio.wait_for(client.closed.wait(), 5)  # the generation was cancelled, not left running
     await asyncio.wait_for(call, 5)
     assert not client.gate.is_set()
+
+
+async def test_a_client_that_hangs_up_while_sending_its_body_is_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    """Found by bench/proxy_overhead.py: this used to end in an unhandled exception and a traceback."""
+    client = CancellableClient()
+    app = _app(client)
+    messages: list[dict[str, Any]] = [
+        {"type": "http.request", "body": b'{"model": ', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": CHAT,
+        "raw_path": CHAT.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"400")],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+    }
+    await asyncio.wait_for(app(scope, receive, send), 5)
+    assert not client.started.is_set()
+    assert sent[0]["status"] == 499
+    assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
