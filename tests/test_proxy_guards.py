@@ -155,6 +155,24 @@ class CancellableClient(GatedClient):
             self.closed.set()
 
 
+def _chat_scope(content_length: int) -> dict[str, Any]:
+    """The ASGI scope of a JSON POST to the chat route, for driving the app message by message."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": CHAT,
+        "raw_path": CHAT.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(content_length).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+    }
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_client_that_hangs_up_while_queued_cancels_its_generation(stream: bool) -> None:
     client = CancellableClient()
@@ -172,20 +190,7 @@ async def test_a_client_that_hangs_up_while_queued_cancels_its_generation(stream
     async def send(message: MutableMapping[str, Any]) -> None:
         pass
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": CHAT,
-        "raw_path": CHAT.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("test", 80),
-    }
+    scope = _chat_scope(content_length=len(body))
     call = asyncio.create_task(app(scope, receive, send))
     await asyncio.wait_for(client.started.wait(), 5)  # waiting for its first output, as when queued
     hung_up.set()
@@ -210,20 +215,7 @@ async def test_a_client_that_hangs_up_while_sending_its_body_is_no_error(caplog:
     async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": CHAT,
-        "raw_path": CHAT.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", b"400")],
-        "client": ("127.0.0.1", 1),
-        "server": ("test", 80),
-    }
+    scope = _chat_scope(content_length=400)
     await asyncio.wait_for(app(scope, receive, send), 5)
     assert not client.started.is_set()
     assert sent[0]["status"] == 499

@@ -11,17 +11,11 @@ import openai
 import pytest
 
 from tests.conftest import RunningServer
+from tests.e2e.test_structured_output import ASK_PERSON as ASK
+from tests.e2e.test_structured_output import MODEL, PERSON
 
 pytestmark = pytest.mark.e2e
 
-MODEL = "SmolLM2-135M-Instruct"
-PERSON = {
-    "type": "object",
-    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-    "required": ["name", "age"],
-    "additionalProperties": False,
-}
-ASK: list[Any] = [{"role": "user", "content": "Give me JSON for a person named Ann aged 31."}]
 SCHEMA_FORMAT: Any = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
 
 
