@@ -95,9 +95,15 @@ _DONE = object()
 
 async def _merged(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
     """Items of all ``streams`` as they come; a failure in one ends all of them."""
-    if len(streams) == 1:
-        async for item in streams[0]:
-            yield item
+    if len(streams) == 1:  # no tasks: the one stream is closed as soon as this one is
+        stream = streams[0]
+        try:
+            async for item in stream:
+                yield item
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
         return
     queue: asyncio.Queue[object] = asyncio.Queue()
 
