@@ -26,7 +26,13 @@ def client(server: RunningServer) -> openai.OpenAI:
 
 def test_constrained_chat_reports_the_logprobs_of_its_tokens(client: openai.OpenAI) -> None:
     response = client.chat.completions.create(
-        model=MODEL, messages=ASK, response_format=SCHEMA_FORMAT, logprobs=True, top_logprobs=5, max_tokens=60
+        model=MODEL,
+        messages=ASK,
+        response_format=SCHEMA_FORMAT,
+        logprobs=True,
+        top_logprobs=5,
+        max_tokens=60,
+        temperature=0,
     )
     choice = response.choices[0]
     jsonschema.validate(json.loads(choice.message.content or ""), PERSON)
@@ -45,7 +51,13 @@ def test_constrained_chat_reports_the_logprobs_of_its_tokens(client: openai.Open
 
 def test_streamed_logprobs_cover_the_streamed_text(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
-        model=MODEL, messages=ASK, response_format=SCHEMA_FORMAT, logprobs=True, max_tokens=60, stream=True
+        model=MODEL,
+        messages=ASK,
+        response_format=SCHEMA_FORMAT,
+        logprobs=True,
+        max_tokens=60,
+        stream=True,
+        temperature=0,
     )
     text, tokens = "", ""
     for chunk in stream:
@@ -56,15 +68,20 @@ def test_streamed_logprobs_cover_the_streamed_text(client: openai.OpenAI) -> Non
     jsonschema.validate(json.loads(text), PERSON)
 
 
+# Sampled at temperature 1, so bounded: every choice must finish within max_tokens.
+SHORT_PERSON = {**PERSON, "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}}}
+SHORT_FORMAT: Any = {"type": "json_schema", "json_schema": {"name": "person", "schema": SHORT_PERSON}}
+
+
 def test_n_constrained_choices_each_follow_the_schema(client: openai.OpenAI) -> None:
     response = client.chat.completions.create(
-        model=MODEL, messages=ASK, response_format=SCHEMA_FORMAT, n=3, temperature=1.0, seed=7, max_tokens=60
+        model=MODEL, messages=ASK, response_format=SHORT_FORMAT, n=3, temperature=1.0, seed=7, max_tokens=100
     )
     assert [choice.index for choice in response.choices] == [0, 1, 2]
     for choice in response.choices:
-        jsonschema.validate(json.loads(choice.message.content or ""), PERSON)
+        jsonschema.validate(json.loads(choice.message.content or ""), SHORT_PERSON)
     again = client.chat.completions.create(
-        model=MODEL, messages=ASK, response_format=SCHEMA_FORMAT, n=3, temperature=1.0, seed=7, max_tokens=60
+        model=MODEL, messages=ASK, response_format=SHORT_FORMAT, n=3, temperature=1.0, seed=7, max_tokens=100
     )
     assert [c.message.content for c in again.choices] == [c.message.content for c in response.choices]
 
