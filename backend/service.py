@@ -19,11 +19,9 @@ from backend.telemetry import StepCounters
 from backend.torch_engine import TorchEngine
 from llgtriton.guides import GuideError, grammar_for
 from llgtriton.settings import EngineSettings
-from llgtriton.wire import GenerationRequest
+from llgtriton.wire import LOGIT_BIAS_BOUND, MAX_TOP_LOGPROBS, GenerationRequest
 
 logger = logging.getLogger(__name__)
-
-MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 
 
 def _check(condition: bool, message: str) -> None:
@@ -144,7 +142,10 @@ class GenerationService:
         _check(request.logprobs or not request.top_logprobs, "top_logprobs needs logprobs")
         for token, bias in request.logit_bias:
             _check(token < self._vocab_size, f"logit_bias names token {token}; the vocabulary has {self._vocab_size}")
-            _check(-100 <= bias <= 100, f"a logit_bias value is -100 to 100, got {bias}")
+            _check(
+                abs(bias) <= LOGIT_BIAS_BOUND,
+                f"a logit_bias value is -{LOGIT_BIAS_BOUND:g} to {LOGIT_BIAS_BOUND:g}, got {bias}",
+            )
         return EngineRequest(
             request_id=request_id,
             prompt_ids=tuple(ids),

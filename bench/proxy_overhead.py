@@ -118,28 +118,23 @@ def added(direct: dict[str, float], proxy: dict[str, float]) -> dict[str, float]
     }
 
 
-class ProxyClients:
+def proxy_client(base_url: str) -> httpx.AsyncClient:
     """A fresh HTTP client (connection pool) per timed run: uvicorn closes connections idle for 5 s,
     and a pool kept across the other layer's run would reuse closed ones."""
-
-    def __init__(self, base_url: str) -> None:
-        self._base_url = base_url
-
-    def new(self) -> httpx.AsyncClient:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        return httpx.AsyncClient(base_url=self._base_url, limits=limits, timeout=600)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    return httpx.AsyncClient(base_url=base_url, limits=limits, timeout=600)
 
 
 async def run(arguments: argparse.Namespace, proxy_port: int, grpc_port: int) -> dict[str, Any]:
     triton = TritonGenerationClient(f"127.0.0.1:{grpc_port}", "llm", timeout_s=600)
-    clients = ProxyClients(f"http://127.0.0.1:{proxy_port}")
-    async with clients.new() as http:
+    proxy_url = f"http://127.0.0.1:{proxy_port}"
+    async with proxy_client(proxy_url) as http:
         model = (await http.get("/v1/models")).json()["data"][0]["id"]
 
     async def timed(name: str, concurrency: int, seconds: float) -> dict[str, float]:
         if name == "direct":
             return await closed_loop(lambda i: via_triton(triton, arguments.max_tokens, i), concurrency, seconds)
-        async with clients.new() as http:
+        async with proxy_client(proxy_url) as http:
             return await closed_loop(lambda i: via_proxy(http, model, arguments.max_tokens, i), concurrency, seconds)
 
     layers = ("direct", "proxy")

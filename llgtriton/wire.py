@@ -40,6 +40,10 @@ RETURN_LOG_PROBS = "return_log_probs"  # TensorRT-LLM's name
 TOP_LOGPROBS = "top_logprobs"
 LOGIT_BIAS = "logit_bias"  # JSON object {"<token id>": bias}, as OpenAI's
 
+# Bounds both the proxy and the backend enforce (OpenAI's own).
+MAX_TOP_LOGPROBS = 20
+LOGIT_BIAS_BOUND = 100.0  # a bias is within [-LOGIT_BIAS_BOUND, LOGIT_BIAS_BOUND]
+
 # Outputs ------------------------------------------------------------------------------------
 TEXT_OUTPUT = "text_output"
 FINISH_REASON = "finish_reason"

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from llgtriton.wire import LOGIT_BIAS_BOUND, MAX_TOP_LOGPROBS
+
 MAX_STOP_STRINGS = 16
 _ONE_PROMPT: Any = {
     "type": "array",
@@ -22,8 +24,7 @@ _ONE_PROMPT: Any = {
 }  # one prompt per request
 MAX_TOOLS = 128  # OpenAI's own limit on functions per request
 MAX_N = 16  # choices per request: each is a full generation in the backend's batch
-MAX_TOP_LOGPROBS = 20  # OpenAI's limit (chat); completions allow 5
-MAX_LOGIT_BIAS = 1024  # entries
+MAX_LOGIT_BIAS_ENTRIES = 1024
 TOKEN_ID = r"^[0-9]+$"
 UINT64_MAX = 2**64 - 1
 INT32_MAX = 2**31 - 1
@@ -160,9 +161,12 @@ class _GenerationRequest(_Request):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Integer = Field(1, ge=1, le=MAX_N)
-    logit_bias: dict[Annotated[str, Field(pattern=TOKEN_ID)], Annotated[float, Field(ge=-100, le=100)]] | None = Field(
-        None, max_length=MAX_LOGIT_BIAS, json_schema_extra={"propertyNames": {"pattern": TOKEN_ID}}
-    )
+    logit_bias: (
+        dict[
+            Annotated[str, Field(pattern=TOKEN_ID)], Annotated[float, Field(ge=-LOGIT_BIAS_BOUND, le=LOGIT_BIAS_BOUND)]
+        ]
+        | None
+    ) = Field(None, max_length=MAX_LOGIT_BIAS_ENTRIES, json_schema_extra={"propertyNames": {"pattern": TOKEN_ID}})
     user: str | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None

@@ -55,16 +55,16 @@ class _Finished:
 
 async def _final(outputs: AsyncIterator[wire.GenerationOutput]) -> _Finished:
     parts: list[str] = []
-    logprobs: list[wire.TokenLogprob] | None = None
+    logprobs: list[wire.TokenLogprob] = []
     last: wire.GenerationOutput | None = None
     async for output in outputs:
         parts.append(output.text)
-        if output.logprobs is not None:
-            logprobs = [*(logprobs or []), *output.logprobs]
+        logprobs.extend(output.logprobs or ())
         last = output
     if last is None or last.finish_reason is None:
         raise InternalError("the generation ended without a finish reason")
-    return _Finished("".join(parts), last, None if logprobs is None else tuple(logprobs))
+    # Every output of a request that asked for logprobs carries them (possibly empty); others carry None.
+    return _Finished("".join(parts), last, None if last.logprobs is None else tuple(logprobs))
 
 
 def _copies(generation: wire.GenerationRequest, n: int) -> list[wire.GenerationRequest]:
