@@ -2,6 +2,8 @@
 
     llgtriton serve                    # tritonserver (8000/8001/8002) + OpenAI API on 127.0.0.1:9000
     llgtriton proxy --proxy-triton-url host:8001
+    llgtriton proxy --proxy-triton-url a:8001,b:8001   # several Triton replicas, least in-flight first
+    llgtriton triton                   # only tritonserver with the model (a replica behind a proxy elsewhere)
     llgtriton serve --print-config     # the effective configuration, as TOML
 
 Run ``llgtriton serve --help`` for every option with its environment variable.
@@ -13,6 +15,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -31,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     for name, summary in (
         ("serve", "start tritonserver with the model repository, then the OpenAI proxy"),
-        ("proxy", "start only the OpenAI proxy, in front of a running Triton"),
+        ("proxy", "start only the OpenAI proxy, in front of one or more running Tritons"),
+        ("triton", "start only tritonserver with the model repository, restarted when it fails"),
     ):
         add_settings_arguments(commands.add_parser(name, help=summary, description=summary))
     return parser
@@ -97,18 +101,34 @@ async def supervise(triton: TritonProcess, max_restarts: int, stopping: Callable
         stubs = triton.stub_pids()
 
 
-def serve(settings: Settings) -> int:
+def _start_triton(triton: TritonProcess, settings: Settings) -> None:
+    triton.start()
+    logger.info("loading the model into Triton (a first start converts it; later starts are fast)")
+    triton.wait_ready(progress=lambda waited: logger.info("still loading the model (%.0f s)", waited))
+    logger.info(
+        "Triton ready: HTTP %d, gRPC %d, metrics %d",
+        settings.triton.http_port,
+        settings.triton.grpc_port,
+        settings.triton.metrics_port,
+    )
+
+
+async def _supervise_until_signalled(triton: TritonProcess, max_restarts: int) -> int:
+    """``llgtriton triton``: keep the server up until SIGINT/SIGTERM (0), or until it fails for good (1)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await supervise(triton, max_restarts, stop.is_set)
+    return 0 if stop.is_set() else 1
+
+
+def serve(settings: Settings, *, with_proxy: bool = True) -> int:
     triton = TritonProcess(settings)
     try:
-        triton.start()
-        logger.info("loading the model into Triton (a first start converts it; later starts are fast)")
-        triton.wait_ready(progress=lambda waited: logger.info("still loading the model (%.0f s)", waited))
-        logger.info(
-            "Triton ready: HTTP %d, gRPC %d, metrics %d",
-            settings.triton.http_port,
-            settings.triton.grpc_port,
-            settings.triton.metrics_port,
-        )
+        _start_triton(triton, settings)
+        if not with_proxy:
+            return asyncio.run(_supervise_until_signalled(triton, settings.triton.max_restarts))
         logger.info(
             "OpenAI API on http://%s:%d/v1 (model %r)",
             settings.proxy.host,
@@ -138,8 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(to_toml(settings))
         return 0
     configure_logging(settings.log_level)
-    if arguments.command == "serve":
-        return serve(settings)
+    if arguments.command in {"serve", "triton"}:
+        return serve(settings, with_proxy=arguments.command == "serve")
     try:
         return asyncio.run(_run_proxy(settings, None))
     except KeyboardInterrupt:

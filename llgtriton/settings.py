@@ -32,7 +32,12 @@ class _Section(BaseModel):
 class ProxySettings(_Section):
     host: str = Field("127.0.0.1", description="Address the OpenAI API listens on.")
     port: int = Field(9000, ge=1, le=65535, description="Port of the OpenAI API.")
-    triton_url: str = Field("127.0.0.1:8001", description="Triton gRPC endpoint (host:port).")
+    triton_url: str = Field(
+        "127.0.0.1:8001",
+        pattern=r"^\s*[^,\s]+:\d+\s*(,\s*[^,\s]+:\d+\s*)*$",
+        description="Triton gRPC endpoint (host:port), or several replicas separated by commas: each request "
+        "goes to the ready one with the fewest in flight, and one refused before it started is retried on another.",
+    )
     model_name: str = Field("llm", description="Name of the Triton model that serves generations.")
     served_model_name: str | None = Field(
         None, description="Model id shown by /v1/models and accepted in requests; unset: derived from the model."
@@ -59,6 +64,10 @@ class ProxySettings(_Section):
     api_key_file: Path | None = Field(
         None, description="File of accepted API keys, one per line (several at once: rotate without downtime)."
     )
+
+    @property
+    def triton_urls(self) -> tuple[str, ...]:
+        return tuple(url.strip() for url in self.triton_url.split(","))
 
 
 class TritonSettings(_Section):

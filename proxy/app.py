@@ -37,6 +37,7 @@ from proxy.guards import ApiKeyGuard, ConcurrencyGuard
 from proxy.metrics import MeteredClient, ProxyMetrics, RequestMetrics
 from proxy.openapi import openapi_document
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, now
+from proxy.replicas import ReplicaPool
 from proxy.serving import Generations
 from proxy.sse import event_stream
 from proxy.triton_client import GenerationClient, TritonGenerationClient
@@ -189,13 +190,21 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
     return http_response(exc)
 
 
+def triton_client(settings: ProxySettings, metrics: ProxyMetrics) -> GenerationClient:
+    """One Triton gRPC client, or a pool of them when several replicas are configured."""
+    clients = [
+        (url, TritonGenerationClient(url, settings.model_name, settings.request_timeout_s))
+        for url in settings.triton_urls
+    ]
+    if len(clients) == 1:
+        return clients[0][1]
+    return ReplicaPool(clients, metrics)
+
+
 def create_app(settings: ProxySettings, client: GenerationClient | None = None) -> Starlette:
     """The proxy app; ``client`` defaults to a Triton gRPC client built from ``settings``."""
     metrics = ProxyMetrics()
-    generation_client = MeteredClient(
-        client or TritonGenerationClient(settings.triton_url, settings.model_name, settings.request_timeout_s),
-        metrics,
-    )
+    generation_client = MeteredClient(client or triton_client(settings, metrics), metrics)
     model_name = settings.served_model_name or settings.model_name
     handlers = Handlers(settings, Generations(generation_client, model_name), generation_client)
 

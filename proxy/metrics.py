@@ -6,7 +6,10 @@
 - ``llgtriton_proxy_time_to_first_token_seconds``: generation sent to Triton until its first
   output came back;
 - ``llgtriton_proxy_time_between_tokens_seconds``: gaps between a generation's outputs
-  (streamed deltas; a stream output carries one detokenized piece, usually one token).
+  (streamed deltas; a stream output carries one detokenized piece, usually one token);
+- ``llgtriton_proxy_replica_requests_in_flight{replica}`` and
+  ``llgtriton_proxy_replica_retries_total{replica}``: with several Triton replicas, the
+  generations each serves now, and those it refused before starting that went to another.
 
 Each app has its own registry, so several apps in one process (tests) do not share counts.
 Routes outside the API are counted as ``other`` to keep the label set bounded.
@@ -15,7 +18,8 @@ Routes outside the API are counted as ``other`` to keep the label set bounded.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.requests import Request
@@ -59,6 +63,18 @@ class ProxyMetrics:
             buckets=_GAP_BUCKETS,
             registry=self.registry,
         )
+        self.replica_in_flight = Gauge(
+            "llgtriton_proxy_replica_requests_in_flight",
+            "Generations in flight per Triton replica.",
+            ["replica"],
+            registry=self.registry,
+        )
+        self.replica_retries = Counter(
+            "llgtriton_proxy_replica_retries",
+            "Generations a replica refused before starting them, retried on another replica.",
+            ["replica"],
+            registry=self.registry,
+        )
 
     async def endpoint(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
@@ -71,14 +87,15 @@ class MeteredClient:
         self._client = client
         self._metrics = metrics
 
-    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncIterator[wire.GenerationOutput]:
+    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncGenerator[wire.GenerationOutput]:
         last = time.perf_counter()
         first = True
-        async for output in self._client.generate(request, request_id):
-            now = time.perf_counter()
-            (self._metrics.first_token if first else self._metrics.between_tokens).observe(now - last)
-            first, last = False, now
-            yield output
+        async with aclosing(self._client.generate(request, request_id)) as outputs:
+            async for output in outputs:
+                now = time.perf_counter()
+                (self._metrics.first_token if first else self._metrics.between_tokens).observe(now - last)
+                first, last = False, now
+                yield output
 
     async def is_ready(self) -> bool:
         return await self._client.is_ready()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 import grpc
@@ -36,7 +36,7 @@ _STATUS_ERRORS: dict[grpc.StatusCode, type[ProxyError]] = {
 
 
 class GenerationClient(Protocol):
-    def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncIterator[wire.GenerationOutput]: ...
+    def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncGenerator[wire.GenerationOutput]: ...
 
     async def is_ready(self) -> bool: ...
 
@@ -74,7 +74,7 @@ class TritonGenerationClient:
         self._model_name = model_name
         self._timeout_s = timeout_s
 
-    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncIterator[wire.GenerationOutput]:
+    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncGenerator[wire.GenerationOutput]:
         try:
             inputs = _inputs(request)
         except wire.WireError as exc:

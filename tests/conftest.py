@@ -101,45 +101,64 @@ def _ready(url: str) -> bool:
         return False
 
 
+def start_process(log: Path, argv: list[str], ready_url: str) -> subprocess.Popen[bytes]:
+    """Start ``python -m llgtriton.cli <argv>`` in its own session; wait until ``ready_url`` answers 200."""
+    with log.open("wb") as handle:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "llgtriton.cli", *argv],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while not _ready(ready_url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_process(process)
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            pytest.fail(f"llgtriton {argv[0]} did not become ready:\n{tail}")
+        time.sleep(0.5)
+    return process
+
+
+def triton_ports_argv(http_port: int, grpc_port: int, metrics_port: int) -> list[str]:
+    return [
+        f"--triton-http-port={http_port}",
+        f"--triton-grpc-port={grpc_port}",
+        f"--triton-metrics-port={metrics_port}",
+        f"--triton-model-repository={ROOT / 'model_repository'}",
+    ]
+
+
 def start_server(log: Path, *extra: str) -> RunningServer:
     """``llgtriton serve`` exactly as ``make serve`` runs it, on free ports."""
     ports = [free_port() for _ in range(4)]
     proxy_port, http_port, grpc_port, metrics_port = ports
     argv = [
-        sys.executable,
-        "-m",
-        "llgtriton.cli",
         "serve",
         f"--proxy-port={proxy_port}",
         f"--proxy-triton-url=127.0.0.1:{grpc_port}",
-        f"--triton-http-port={http_port}",
-        f"--triton-grpc-port={grpc_port}",
-        f"--triton-metrics-port={metrics_port}",
-        f"--triton-model-repository={ROOT / 'model_repository'}",
+        *triton_ports_argv(http_port, grpc_port, metrics_port),
         *extra,
     ]
-    with log.open("wb") as handle:  # the child keeps its own copy of the descriptor
-        process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-    server = RunningServer(process, log, proxy_port, grpc_port, http_port, metrics_port)
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while not _ready(f"http://127.0.0.1:{proxy_port}/ready"):
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop_server(server)
-            pytest.fail(f"llgtriton serve did not become ready:\n{server.log_tail()}")
-        time.sleep(0.5)
-    return server
+    process = start_process(log, argv, f"http://127.0.0.1:{proxy_port}/ready")
+    return RunningServer(process, log, proxy_port, grpc_port, http_port, metrics_port)
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
+    """Ctrl-C, as a user would; returns the exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+    try:
+        return process.wait(timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def stop_server(server: RunningServer, timeout: float = 60.0) -> int:
-    """Ctrl-C, as a user would; returns the exit code."""
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGINT)
-    try:
-        return server.process.wait(timeout)
-    finally:
-        if server.process.poll() is None:
-            os.killpg(server.process.pid, signal.SIGKILL)
-            server.process.wait()
+    return stop_process(server.process, timeout)
 
 
 @pytest.fixture(scope="session")

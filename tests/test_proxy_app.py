@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import httpx
@@ -56,7 +56,7 @@ class ScriptedClient:
     ) -> None:
         self.outputs, self.error, self.error_after = outputs, error, error_after
 
-    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncIterator[wire.GenerationOutput]:
+    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncGenerator[wire.GenerationOutput]:
         self.requests.append(request)
         self.request_ids.append(request_id)
         for index, output in enumerate(self.outputs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncGenerator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ class GatedClient(ScriptedClient):
         self.gate = asyncio.Event()
         self.started = asyncio.Event()
 
-    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncIterator[wire.GenerationOutput]:
+    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncGenerator[wire.GenerationOutput]:
         self.started.set()
         await self.gate.wait()
         async for output in super().generate(request, request_id):
@@ -147,7 +147,7 @@ class CancellableClient(GatedClient):
         super().__init__()
         self.closed = asyncio.Event()
 
-    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncIterator[wire.GenerationOutput]:
+    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncGenerator[wire.GenerationOutput]:
         try:
             async for output in super().generate(request, request_id):
                 yield output
