@@ -169,12 +169,28 @@ printable = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")),
     max_size=20,
 )
+# One or more host:port replicas; the host may hold any printable text but commas and spaces.
+replica_urls = st.lists(
+    st.builds(
+        "{}:{}".format,
+        st.text(
+            alphabet=st.characters(
+                codec="utf-8", exclude_categories=("Cc", "Cs", "Zs", "Zl", "Zp"), exclude_characters=","
+            ),
+            min_size=1,
+            max_size=12,
+        ),
+        st.integers(1, 65535),
+    ),
+    min_size=1,
+    max_size=3,
+).map(",".join)
 
 
 @settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     host=printable,
-    triton_url=printable,
+    triton_url=replica_urls,
     model=printable,
     device=printable,
     timeout=st.floats(min_value=1e-6, max_value=1e9),
