@@ -26,15 +26,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from llguidance import LLMatcher
 
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
-from backend.detokenizer import Decoder, IncrementalDetokenizer
+from backend.detokenizer import Decoder
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
+from backend.output_stream import OutputStream, deliver, deliver_failure, is_cancelled
 from backend.requests import EngineRequest, ResponseSink
 from backend.sampling import (
     apply_logit_bias,
@@ -44,39 +45,18 @@ from backend.sampling import (
     sample_token,
     token_logprobs,
 )
-from backend.stop_strings import StopStringFilter
 from backend.telemetry import StepCounters
-from llgtriton.wire import Alternative, FinishReason, GenerationOutput, TokenLogprob
+from llgtriton.wire import Alternative, GenerationOutput, TokenLogprob
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(eq=False)
-class _Sequence:
-    """A running request's mutable decoding state (owned by the loop thread)."""
+@dataclass(eq=False, kw_only=True)
+class _Sequence(OutputStream):
+    """A running request's decoding state (owned by the loop thread)."""
 
     seq_id: int
-    request: EngineRequest
-    sink: ResponseSink
-    detokenizer: IncrementalDetokenizer
-    stop_filter: StopStringFilter
     generator: torch.Generator
-    generated: list[int] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)  # emitted text, kept for non-streaming responses
-    logprobs: list[TokenLogprob] = field(default_factory=list)  # of tokens not sent yet
-
-    def output(self, text: str, finish_reason: FinishReason | None = None) -> GenerationOutput:
-        """The next response; it carries the logprobs of every token since the last one."""
-        logprobs = None
-        if self.request.logprobs is not None:
-            logprobs, self.logprobs = tuple(self.logprobs), []
-        return GenerationOutput(
-            text=text,
-            finish_reason=finish_reason,
-            prompt_tokens=len(self.request.prompt_ids),
-            completion_tokens=len(self.generated),
-            logprobs=logprobs,
-        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -277,12 +257,13 @@ class Scheduler:
                 return None
             assert waiting.matcher is not None  # submit() compiled it, or found it in the cache
             self._guidance[0].add(seq_id, waiting.matcher, len(request.prompt_ids))
+        detokenizer, stop_filter = OutputStream.parts(request, self._decoder)
         seq = _Sequence(
+            request,
+            sink,
+            detokenizer,
+            stop_filter,
             seq_id=seq_id,
-            request=request,
-            sink=sink,
-            detokenizer=IncrementalDetokenizer(self._decoder, request.prompt_ids),
-            stop_filter=StopStringFilter(request.stop),
             generator=make_generator(request.sampling.seed, self._engine.device),
         )
         self._running.append(seq)
@@ -338,34 +319,10 @@ class Scheduler:
 
     def _advance(self, seq: _Sequence, token: int) -> None:
         """Emit ``token``, the next token of ``seq``: detokenize, check stop conditions, respond."""
-        request = seq.request
-        seq.generated.append(token)
-        if token in self._eos:
-            self._finish(seq, FinishReason.STOP, self._drain(seq))
-            return
-        text, stopped = seq.stop_filter.push(seq.detokenizer.push(token))
-        if stopped:
-            self._finish(seq, FinishReason.STOP, text)
-        elif len(seq.generated) >= request.max_tokens or self._context_full(seq):
-            self._finish(seq, FinishReason.LENGTH, text + self._drain(seq))
-        elif text:
-            seq.text.append(text)
-            if request.stream:
-                self._send(seq.sink, seq.output(text), final=False)
-
-    def _context_full(self, seq: _Sequence) -> bool:
-        return len(seq.request.prompt_ids) + len(seq.generated) >= self._max_model_len
-
-    @staticmethod
-    def _drain(seq: _Sequence) -> str:
-        """Text still held by the detokenizer and the stop filter, at the end of generation."""
-        text, stopped = seq.stop_filter.push(seq.detokenizer.flush())
-        return text if stopped else text + seq.stop_filter.flush()
-
-    def _finish(self, seq: _Sequence, reason: FinishReason, tail: str) -> None:
-        self._release(seq)
-        text = tail if seq.request.stream else "".join(seq.text) + tail
-        self._send(seq.sink, seq.output(text, reason), final=True)
+        final = seq.push(token, self._eos, self._max_model_len)
+        if final is not None:
+            self._release(seq)
+            self._send(seq.sink, final, final=True)
 
     def _finish_cancelled(self, seq: _Sequence) -> None:
         logger.info("request %s cancelled after %d tokens", seq.request.request_id, len(seq.generated))
@@ -383,26 +340,12 @@ class Scheduler:
         if self._guidance is not None:
             self._guidance[0].remove(seq.seq_id)
 
-    def _is_cancelled(self, seq: _Sequence) -> bool:
-        try:
-            return seq.sink.is_cancelled()
-        except Exception:
-            logger.exception("cancellation check failed for request %s", seq.request.request_id)
-            return True
-
     @staticmethod
-    def _send(sink: ResponseSink, output: GenerationOutput, *, final: bool) -> None:
-        try:
-            sink.send(output, final=final)
-        except Exception:  # the client is gone; the sequence is finished either way
-            logger.warning("could not deliver a response", exc_info=True)
+    def _is_cancelled(seq: _Sequence) -> bool:
+        return is_cancelled(seq.sink, seq.request.request_id)
 
-    @staticmethod
-    def _send_failure(sink: ResponseSink, error: Exception) -> None:
-        try:
-            sink.fail(error)
-        except Exception:
-            logger.exception("could not report an error")
+    _send = staticmethod(deliver)
+    _send_failure = staticmethod(deliver_failure)
 
     def _fail_all(self, error: Exception) -> None:
         with self._wakeup:

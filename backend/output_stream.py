@@ -1,0 +1,100 @@
+"""One request's tokens turned into responses: detokenized, stop strings cut, ended by EOS or length.
+
+Shared by every engine: the torch step loop and the TensorRT-LLM adapter push sampled tokens
+one at a time and get the final response back when the request is over, to send once they have
+released its resources.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from backend.detokenizer import Decoder, IncrementalDetokenizer
+from backend.requests import EngineRequest, ResponseSink
+from backend.stop_strings import StopStringFilter
+from llgtriton.wire import FinishReason, GenerationOutput, TokenLogprob
+
+logger = logging.getLogger(__name__)
+
+
+def deliver(sink: ResponseSink, output: GenerationOutput, *, final: bool) -> None:
+    """Send a response; a client that is gone does not stop the engine."""
+    try:
+        sink.send(output, final=final)
+    except Exception:
+        logger.warning("could not deliver a response", exc_info=True)
+
+
+def deliver_failure(sink: ResponseSink, error: Exception) -> None:
+    try:
+        sink.fail(error)
+    except Exception:
+        logger.exception("could not report an error")
+
+
+def is_cancelled(sink: ResponseSink, request_id: str) -> bool:
+    """Whether the client gave up; a sink that cannot tell counts as cancelled."""
+    try:
+        return sink.is_cancelled()
+    except Exception:
+        logger.exception("cancellation check failed for request %s", request_id)
+        return True
+
+
+@dataclass(eq=False)
+class OutputStream:
+    request: EngineRequest
+    sink: ResponseSink
+    detokenizer: IncrementalDetokenizer
+    stop_filter: StopStringFilter
+    generated: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)  # emitted text, kept for non-streaming responses
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # of tokens not sent yet
+
+    @staticmethod
+    def parts(request: EngineRequest, decoder: Decoder) -> tuple[IncrementalDetokenizer, StopStringFilter]:
+        """The detokenizer and stop filter a new stream for ``request`` starts with."""
+        return IncrementalDetokenizer(decoder, request.prompt_ids), StopStringFilter(request.stop)
+
+    def output(self, text: str, finish_reason: FinishReason | None = None) -> GenerationOutput:
+        """The next response; it carries the logprobs of every token since the last one."""
+        logprobs = None
+        if self.request.logprobs is not None:
+            logprobs, self.logprobs = tuple(self.logprobs), []
+        return GenerationOutput(
+            text=text,
+            finish_reason=finish_reason,
+            prompt_tokens=len(self.request.prompt_ids),
+            completion_tokens=len(self.generated),
+            logprobs=logprobs,
+        )
+
+    def push(self, token: int, eos: Collection[int], max_model_len: int) -> GenerationOutput | None:
+        """Take the next sampled token; stream its text. Returns the final response once the request is over."""
+        self.generated.append(token)
+        if token in eos:
+            return self.final(FinishReason.STOP, self.drain())
+        text, stopped = self.stop_filter.push(self.detokenizer.push(token))
+        if stopped:
+            return self.final(FinishReason.STOP, text)
+        if len(self.generated) >= self.request.max_tokens or self.context_full(max_model_len):
+            return self.final(FinishReason.LENGTH, text + self.drain())
+        if text:
+            self.text.append(text)
+            if self.request.stream:
+                deliver(self.sink, self.output(text), final=False)
+        return None
+
+    def context_full(self, max_model_len: int) -> bool:
+        return len(self.request.prompt_ids) + len(self.generated) >= max_model_len
+
+    def drain(self) -> str:
+        """Text still held by the detokenizer and the stop filter, at the end of generation."""
+        text, stopped = self.stop_filter.push(self.detokenizer.flush())
+        return text if stopped else text + self.stop_filter.flush()
+
+    def final(self, reason: FinishReason, tail: str) -> GenerationOutput:
+        text = tail if self.request.stream else "".join(self.text) + tail
+        return self.output(text, reason)
