@@ -5,6 +5,7 @@
     llgtriton proxy --proxy-triton-url a:8001,b:8001   # several Triton replicas, least in-flight first
     llgtriton triton                   # only tritonserver with the model (a replica behind a proxy elsewhere)
     llgtriton serve --print-config     # the effective configuration, as TOML
+    llgtriton prepare SOURCE OUTPUT    # a Hugging Face model made ready for the TensorRT-LLM engine
 
 Run ``llgtriton serve --help`` for every option with its environment variable.
 """
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 from llgtriton.api_keys import accepted_keys
 from llgtriton.logs import configure_logging
+from llgtriton.prepare import add_prepare_arguments, prepare_main
 from llgtriton.settings import Settings, SettingsError, add_settings_arguments, load_settings, to_toml
 from llgtriton.triton_server import TritonLaunchError, TritonProcess
 
@@ -38,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("triton", "start only tritonserver with the model repository, restarted when it fails"),
     ):
         add_settings_arguments(commands.add_parser(name, help=summary, description=summary))
+    summary = "make a Hugging Face model ready for the TensorRT-LLM engine (checkpoint or built engine)"
+    add_prepare_arguments(commands.add_parser("prepare", help=summary, description=summary))
     return parser
 
 
@@ -148,6 +152,8 @@ def serve(settings: Settings, *, with_proxy: bool = True) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
+    if arguments.command == "prepare":
+        return prepare_main(arguments)
     try:
         settings = load_settings(arguments, os.environ)
         accepted_keys(settings.proxy)  # a bad key file stops us now, not after the model has loaded
