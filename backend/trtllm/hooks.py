@@ -1,0 +1,188 @@
+"""The logits post-processors TensorRT-LLM calls: a request's logit bias, then its llguidance mask.
+
+They never raise: TensorRT-LLM ends every request in the batch when a post-processor raises
+(``terminateActiveRequests`` in the executor). On any failure the affected rows keep only their
+end-of-sequence tokens, and the failure is recorded so the adapter ends that request with an error.
+
+- :class:`RequestLogitsProcessor` has the LLM API's per-request signature
+  (``tensorrt_llm.sampling_params.LogitsProcessor.__call__``). The PyTorch backend pickles it to
+  its worker process (even on one GPU) and calls it with ``client_id=None`` and an internal
+  ``req_id``, so it carries its own state: the grammar text and the tokenizer folder; the matcher
+  is built where it runs, once per process and grammar.
+- :class:`BatchedHook` has the executor's batched signature
+  (``LogitsPostProcessorConfig(processor_batched=...)``) and runs in our process: it keys its
+  state by ``client_id`` and delegates the masks to :class:`GuidanceLogitsProcessor`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any, cast
+
+import llguidance
+import llguidance.hf
+import llguidance.numpy
+import torch
+from llguidance import LLMatcher, LLTokenizer
+
+from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.masking import allowed_tokens
+from backend.requests import SamplingParams
+from backend.sampling import apply_logit_bias
+
+logger = logging.getLogger(__name__)
+
+
+def keep_only(logits: torch.Tensor, tokens: Sequence[int]) -> None:
+    """Every logit but those of ``tokens`` becomes -inf, in place (``logits`` is ``[..., V]``)."""
+    keep = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+    keep[[token for token in tokens if token < logits.shape[-1]]] = True
+    logits.masked_fill_(~keep, float("-inf"))
+
+
+def add_bias(logits: torch.Tensor, bias: tuple[tuple[int, float], ...]) -> None:
+    apply_logit_bias(logits.view(-1), SamplingParams(logit_bias=bias))
+
+
+@contextmanager
+def on_stream(logits: torch.Tensor, stream_ptr: int | None) -> Iterator[None]:
+    """Run torch work on the engine's CUDA stream (the executor passes it; the PyTorch backend does not)."""
+    context: Any = nullcontext()
+    if stream_ptr and logits.is_cuda:
+        stream = torch.cuda.ExternalStream(stream_ptr, device=logits.device)  # type: ignore[no-untyped-call]
+        context = torch.cuda.stream(stream)
+    with context:
+        yield
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(tokenizer_dir: str, width: int, eos: tuple[int, ...]) -> LLTokenizer:
+    from transformers import AutoTokenizer  # in the engine's process (TensorRT-LLM depends on transformers)
+
+    hf_tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    return llguidance.hf.from_tokenizer(cast(Any, hf_tokenizer), n_vocab=width, eos_token=list(eos))
+
+
+_grammar_caches: dict[LLTokenizer, GrammarCache] = {}
+_grammar_caches_lock = threading.Lock()
+
+
+def _matcher(tokenizer_dir: str, width: int, eos: tuple[int, ...], grammar: str) -> LLMatcher:
+    """A fresh matcher; compiled grammars are cached per process, so a repeated schema compiles once."""
+    tokenizer = _tokenizer(tokenizer_dir, width, eos)
+    with _grammar_caches_lock:
+        cache = _grammar_caches.setdefault(tokenizer, GrammarCache(tokenizer))
+    return cache.matcher(grammar)
+
+
+class RequestLogitsProcessor:
+    """One request's bias and constraint for the LLM API; picklable, built lazily where it runs."""
+
+    def __init__(
+        self,
+        *,
+        grammar: str | None,
+        logit_bias: tuple[tuple[int, float], ...],
+        tokenizer_dir: str,
+        eos_token_ids: tuple[int, ...],
+        prompt_length: int,
+    ) -> None:
+        self.grammar = grammar
+        self.logit_bias = logit_bias
+        self.tokenizer_dir = tokenizer_dir
+        self.eos_token_ids = eos_token_ids
+        self.consumed = prompt_length
+        self.error: str | None = None  # why this request may only end (seen only in the process it runs in)
+        self._matcher: LLMatcher | None = None
+        self._mask: torch.Tensor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_matcher"] = state["_mask"] = None  # native objects: rebuilt in the worker
+        return state
+
+    def __call__(
+        self,
+        req_id: int,
+        logits: torch.Tensor,
+        token_ids: list[list[int]],
+        stream_ptr: int | None,
+        client_id: int | None,
+    ) -> None:
+        try:
+            with on_stream(logits, stream_ptr):
+                if self.logit_bias:
+                    add_bias(logits, self.logit_bias)
+                if self.grammar is not None:
+                    self._mask_logits(logits, token_ids[0])
+        except Exception as exc:
+            if self.error is None:
+                logger.exception("the logits post-processor failed; the request may only end")
+                self.error = f"the constraint failed: {exc}"
+            keep_only(logits, self.eos_token_ids)
+
+    def _mask_logits(self, logits: torch.Tensor, tokens: Sequence[int]) -> None:
+        width = logits.shape[-1]
+        if self._matcher is None:
+            assert self.grammar is not None
+            self._matcher = _matcher(self.tokenizer_dir, width, self.eos_token_ids, self.grammar)
+            self._mask = torch.zeros((1, (width + 31) // 32), dtype=torch.int32)
+        assert self._mask is not None
+        new = list(tokens[self.consumed :])
+        self.consumed = len(tokens)
+        if new and not self._matcher.consume_tokens(new):
+            raise RuntimeError(f"the constraint rejected a token: {self._matcher.get_error()}")
+        if self._matcher.is_error():
+            raise RuntimeError(self._matcher.get_error())
+        llguidance.numpy.fill_next_token_bitmask(self._matcher, self._mask.numpy(), 0)
+        allowed = allowed_tokens(self._mask[0].to(logits.device, non_blocking=True), width)
+        logits.masked_fill_(~allowed.view(logits.shape[-1:]), float("-inf"))
+
+
+class BatchedHook:
+    """The executor's batched post-processor: biases by client id, then the guidance masks for the batch."""
+
+    def __init__(self, processor: GuidanceLogitsProcessor, eos_token_ids: Sequence[int]) -> None:
+        self.processor = processor
+        self._eos = tuple(eos_token_ids)
+        self._biases: dict[int, tuple[tuple[int, float], ...]] = {}
+        self._failures: dict[int, str] = {}
+
+    def add(self, client_id: int, bias: tuple[tuple[int, float], ...]) -> None:
+        if bias:
+            self._biases[client_id] = bias
+
+    def remove(self, client_id: int) -> None:
+        self._biases.pop(client_id, None)
+        self._failures.pop(client_id, None)
+        self.processor.remove(client_id)
+
+    def error(self, client_id: int) -> str | None:
+        return self._failures.get(client_id) or self.processor.error(client_id)
+
+    def __call__(
+        self,
+        req_ids: list[int],
+        logits: list[torch.Tensor],
+        token_ids: list[list[list[int]]],
+        stream_ptr: int,
+        client_ids: list[int | None],
+    ) -> None:
+        try:
+            with on_stream(logits[0], stream_ptr) if logits else nullcontext():
+                for row, client_id in enumerate(client_ids):
+                    bias = self._biases.get(client_id) if client_id is not None else None
+                    if bias:
+                        add_bias(logits[row], bias)
+            self.processor(req_ids, logits, token_ids, stream_ptr, client_ids)
+        except Exception as exc:
+            logger.exception("the batched logits post-processor failed; its requests may only end")
+            for row, client_id in enumerate(client_ids):
+                if client_id is not None:
+                    self._failures.setdefault(client_id, f"the constraint failed: {exc}")
+                with on_stream(logits[row], stream_ptr):
+                    keep_only(logits[row], self._eos)
