@@ -30,6 +30,7 @@ from llguidance import LLMatcher, LLTokenizer
 
 from backend.errors import InvalidRequest
 from backend.masking import BitmaskApplier, CpuBitmaskApplier
+from llgtriton.guides import GuideError, llguidance_panics_refused
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,11 @@ class GrammarCache:
         cached = self.cached_matcher(grammar)
         if cached is not None:
             return cached
-        template = LLMatcher(self._tokenizer, grammar, log_level=0)  # compiles with the GIL released
+        try:
+            with llguidance_panics_refused():
+                template = LLMatcher(self._tokenizer, grammar, log_level=0)  # compiles with the GIL released
+        except GuideError as exc:
+            raise InvalidRequest(str(exc)) from None
         if template.is_error():
             raise InvalidRequest(f"the constraint does not compile: {template.get_error()}")
         with self._lock:

@@ -8,6 +8,8 @@ constraint before Triton sees it; the backend compiles it again against the mode
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import llguidance
@@ -27,6 +29,21 @@ MAX_GUIDE_BYTES = 1 << 20
 
 class GuideError(ValueError):
     """A constraint that cannot be compiled; the message is llguidance's."""
+
+
+@contextmanager
+def llguidance_panics_refused() -> Iterator[None]:
+    """Turn a panic inside llguidance (pyo3's ``PanicException``, a ``BaseException``) into a :class:`GuideError`.
+
+    Some malformed constraints make llguidance's Rust code panic, e.g. while it formats an error
+    message around a non-ASCII character. Such a constraint is refused like any other bad one.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":
+            raise
+        raise GuideError(f"llguidance could not process the constraint: {str(exc)[:500]}") from None
 
 
 def _json_document(guide: str, what: str) -> Any:
@@ -57,6 +74,11 @@ def choice_grammar(choices: Any) -> str:
 
 def grammar_for(guide_type: GuideType, guide: str | None) -> str:
     """The llguidance grammar for one constraint; raises :class:`GuideError`."""
+    with llguidance_panics_refused():
+        return _grammar_for(guide_type, guide)
+
+
+def _grammar_for(guide_type: GuideType, guide: str | None) -> str:
     if guide is not None and len(guide.encode()) > MAX_GUIDE_BYTES:
         raise GuideError(f"the constraint is {len(guide.encode())} bytes; the limit is {MAX_GUIDE_BYTES}")
     if guide_type is GuideType.JSON:
@@ -80,6 +102,7 @@ def grammar_for(guide_type: GuideType, guide: str | None) -> str:
 
 def check_grammar(grammar: str, tokenizer: llguidance.LLTokenizer | None = None) -> None:
     """Compile ``grammar`` (against ``tokenizer`` when given); raise :class:`GuideError` if it fails."""
-    is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
+    with llguidance_panics_refused():
+        is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
     if is_error:
         raise GuideError("; ".join(m.strip() for m in messages) or "the grammar does not compile")

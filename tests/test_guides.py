@@ -25,6 +25,7 @@ from llgtriton.guides import (
     choice_grammar,
     grammar_for,
     json_schema_grammar,
+    llguidance_panics_refused,
 )
 from llgtriton.wire import GuideType
 
@@ -369,3 +370,14 @@ def test_random_regexes_match_what_python_matches(regex: str, data: st.DataObjec
     assert accepts(grammar, member), (regex, member)
     subject = data.draw(SUBJECTS, label="subject")
     assert accepts(grammar, subject) == (re.fullmatch(regex, subject) is not None), (regex, subject)
+
+
+class PanicException(BaseException):
+    """Named like pyo3's: what llguidance raises when its Rust code panics."""
+
+
+def test_a_panic_inside_llguidance_refuses_the_constraint_and_other_exits_pass() -> None:
+    with pytest.raises(GuideError, match="could not process"), llguidance_panics_refused():
+        raise PanicException("end byte index 100 is not a char boundary")
+    with pytest.raises(KeyboardInterrupt), llguidance_panics_refused():
+        raise KeyboardInterrupt
