@@ -110,16 +110,11 @@ def _torch_dtype(name: str) -> torch.dtype | str:
     return dtype
 
 
-def _eos_ids(model: PreTrainedModel, tokenizer: Any) -> frozenset[int]:
-    ids: set[int] = set()
-    configured = getattr(model.generation_config, "eos_token_id", None)
-    for value in configured if isinstance(configured, list) else [configured]:
-        if isinstance(value, int):
-            ids.add(value)
+def eos_token_ids(configured: object, tokenizer: Any) -> frozenset[int]:
+    """End tokens: the generation config's ``eos_token_id`` (an id or a list) and the tokenizer's own."""
+    ids = {value for value in (configured if isinstance(configured, list) else [configured]) if isinstance(value, int)}
     if isinstance(tokenizer.eos_token_id, int):
         ids.add(tokenizer.eos_token_id)
-    if not ids:
-        raise ModelLoadError("the model defines no end-of-sequence token")
     return frozenset(ids)
 
 
@@ -134,12 +129,15 @@ def load_model(settings: EngineSettings) -> LoadedModel:
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load {path}: {exc}") from exc
     model = cast(Any, model).to(settings.device).eval()
+    eos = eos_token_ids(getattr(model.generation_config, "eos_token_id", None), tokenizer)
+    if not eos:
+        raise ModelLoadError("the model defines no end-of-sequence token")
     context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
     max_model_len = min(settings.max_model_len or context, context)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
         path=path,
-        eos_token_ids=_eos_ids(model, tokenizer),
+        eos_token_ids=eos,
         max_model_len=max_model_len,
     )

@@ -9,12 +9,13 @@ import torch
 from backend.requests import SamplingParams
 
 
-def apply_logit_bias(logits: torch.Tensor, params: SamplingParams) -> None:
-    """OpenAI's logit_bias, in place. A token a constraint masked stays at -inf: bias never lifts a mask."""
-    if not params.logit_bias:
+def apply_logit_bias(logits: torch.Tensor, logit_bias: tuple[tuple[int, float], ...]) -> None:
+    """OpenAI's logit_bias (token id, added value), in place on a 1-D row. A token a
+    constraint masked stays at -inf: bias never lifts a mask."""
+    if not logit_bias:
         return
-    ids = torch.tensor([token for token, _ in params.logit_bias], dtype=torch.long, device=logits.device)
-    bias = torch.tensor([value for _, value in params.logit_bias], dtype=logits.dtype, device=logits.device)
+    ids = torch.tensor([token for token, _ in logit_bias], dtype=torch.long, device=logits.device)
+    bias = torch.tensor([value for _, value in logit_bias], dtype=logits.dtype, device=logits.device)
     logits.index_add_(-1, ids, bias)
 
 

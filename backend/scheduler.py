@@ -140,11 +140,11 @@ class Scheduler:
             if not isinstance(exc, BackendError):
                 logger.exception("compiling a grammar failed")
                 exc = BackendError(f"compiling the constraint failed: {exc}")
-            self._send_failure(sink, exc)
+            deliver_failure(sink, exc)
             return
         with self._wakeup:
             if self._stopping:
-                self._send_failure(sink, Unavailable("the backend is shutting down"))
+                deliver_failure(sink, Unavailable("the backend is shutting down"))
                 return
             self._waiting.append(_Waiting(request, sink, matcher))
             self._wakeup.notify()
@@ -154,7 +154,7 @@ class Scheduler:
         with self._wakeup:
             sink = self._compiling.pop(future, None)
         if future.cancelled() and sink is not None:
-            self._send_failure(sink, Unavailable("the backend is shutting down"))
+            deliver_failure(sink, Unavailable("the backend is shutting down"))
 
     def shutdown(self, timeout: float = 10.0) -> None:
         with self._wakeup:
@@ -200,7 +200,7 @@ class Scheduler:
 
     def _step(self, admitted: list[_Waiting]) -> None:
         for seq in list(self._running):
-            if self._is_cancelled(seq):
+            if is_cancelled(seq.sink, seq.request.request_id):
                 self._finish_cancelled(seq)
         decoding = [seq for seq in self._running if seq.generated]
         rows: list[tuple[_Sequence, torch.Tensor]] = []
@@ -248,12 +248,12 @@ class Scheduler:
     def _admit(self, waiting: _Waiting) -> _Sequence | None:
         request, sink = waiting.request, waiting.sink
         if sink.is_cancelled():
-            self._send(sink, GenerationOutput(text="", prompt_tokens=len(request.prompt_ids)), final=True)
+            deliver(sink, GenerationOutput(text="", prompt_tokens=len(request.prompt_ids)), final=True)
             return None
         seq_id = next(self._ids)
         if request.grammar is not None:
             if self._guidance is None:
-                self._send_failure(sink, InvalidRequest("this engine has no constraint support"))
+                deliver_failure(sink, InvalidRequest("this engine has no constraint support"))
                 return None
             assert waiting.matcher is not None  # submit() compiled it, or found it in the cache
             self._guidance[0].add(seq_id, waiting.matcher, len(request.prompt_ids))
@@ -289,7 +289,7 @@ class Scheduler:
                     token_ids = [[*request.prompt_ids, *seq.generated]]
                     view = logits.view(1, 1, -1)
                     request.logits_processor(seq.seq_id, view, token_ids, self._engine.stream_ptr, seq.seq_id)
-                apply_logit_bias(logits, request.sampling)
+                apply_logit_bias(logits, request.sampling.logit_bias)
                 apply_penalties(logits, seq.generated, request.sampling)
                 if request.logprobs is not None:
                     reporting[seq] = logits
@@ -322,16 +322,16 @@ class Scheduler:
         final = seq.push(token, self._eos, self._max_model_len)
         if final is not None:
             self._release(seq)
-            self._send(seq.sink, final, final=True)
+            deliver(seq.sink, final, final=True)
 
     def _finish_cancelled(self, seq: _Sequence) -> None:
         logger.info("request %s cancelled after %d tokens", seq.request.request_id, len(seq.generated))
         self._release(seq)
-        self._send(seq.sink, seq.output(""), final=True)
+        deliver(seq.sink, seq.output(""), final=True)
 
     def _abort(self, seq: _Sequence, error: Exception) -> None:
         self._release(seq)
-        self._send_failure(seq.sink, error)
+        deliver_failure(seq.sink, error)
 
     def _release(self, seq: _Sequence) -> None:
         if seq in self._running:
@@ -340,13 +340,6 @@ class Scheduler:
         if self._guidance is not None:
             self._guidance[0].remove(seq.seq_id)
 
-    @staticmethod
-    def _is_cancelled(seq: _Sequence) -> bool:
-        return is_cancelled(seq.sink, seq.request.request_id)
-
-    _send = staticmethod(deliver)
-    _send_failure = staticmethod(deliver_failure)
-
     def _fail_all(self, error: Exception) -> None:
         with self._wakeup:
             pending = list(self._waiting)
@@ -354,4 +347,4 @@ class Scheduler:
         for seq in list(self._running):
             self._abort(seq, error)
         for waiting in pending:
-            self._send_failure(waiting.sink, error)
+            deliver_failure(waiting.sink, error)

@@ -72,6 +72,10 @@ def free_port() -> int:
         return port
 
 
+def log_tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
 @dataclass(frozen=True)
 class RunningServer:
     process: subprocess.Popen[bytes]
@@ -90,7 +94,7 @@ class RunningServer:
         return f"127.0.0.1:{self.grpc_port}"
 
     def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log, lines)
 
 
 def _ready(url: str) -> bool:
@@ -115,8 +119,7 @@ def start_process(log: Path, argv: list[str], ready_url: str) -> subprocess.Pope
     while not _ready(ready_url):
         if process.poll() is not None or time.monotonic() > deadline:
             stop_process(process)
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-            pytest.fail(f"llgtriton {argv[0]} did not become ready:\n{tail}")
+            pytest.fail(f"llgtriton {argv[0]} did not become ready:\n{log_tail(log)}")
         time.sleep(0.5)
     return process
 

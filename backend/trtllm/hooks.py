@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, cast
@@ -31,7 +30,6 @@ from llguidance import LLMatcher, LLTokenizer
 
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
 from backend.masking import allowed_tokens
-from backend.requests import SamplingParams
 from backend.sampling import apply_logit_bias
 
 logger = logging.getLogger(__name__)
@@ -42,10 +40,6 @@ def keep_only(logits: torch.Tensor, tokens: Sequence[int]) -> None:
     keep = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
     keep[[token for token in tokens if token < logits.shape[-1]]] = True
     logits.masked_fill_(~keep, float("-inf"))
-
-
-def add_bias(logits: torch.Tensor, bias: tuple[tuple[int, float], ...]) -> None:
-    apply_logit_bias(logits.view(-1), SamplingParams(logit_bias=bias))
 
 
 @contextmanager
@@ -67,16 +61,10 @@ def _tokenizer(tokenizer_dir: str, width: int, eos: tuple[int, ...]) -> LLTokeni
     return llguidance.hf.from_tokenizer(cast(Any, hf_tokenizer), n_vocab=width, eos_token=list(eos))
 
 
-_grammar_caches: dict[LLTokenizer, GrammarCache] = {}
-_grammar_caches_lock = threading.Lock()
-
-
-def _matcher(tokenizer_dir: str, width: int, eos: tuple[int, ...], grammar: str) -> LLMatcher:
-    """A fresh matcher; compiled grammars are cached per process, so a repeated schema compiles once."""
-    tokenizer = _tokenizer(tokenizer_dir, width, eos)
-    with _grammar_caches_lock:
-        cache = _grammar_caches.setdefault(tokenizer, GrammarCache(tokenizer))
-    return cache.matcher(grammar)
+@functools.lru_cache(maxsize=8)
+def _grammar_cache(tokenizer_dir: str, width: int, eos: tuple[int, ...]) -> GrammarCache:
+    """Compiled grammars per process and tokenizer, so a repeated schema compiles once."""
+    return GrammarCache(_tokenizer(tokenizer_dir, width, eos))
 
 
 class RequestLogitsProcessor:
@@ -116,7 +104,7 @@ class RequestLogitsProcessor:
         try:
             with on_stream(logits, stream_ptr):
                 if self.logit_bias:
-                    add_bias(logits, self.logit_bias)
+                    apply_logit_bias(logits.view(-1), self.logit_bias)
                 if self.grammar is not None:
                     self._mask_logits(logits, token_ids[0])
         except Exception as exc:
@@ -129,7 +117,7 @@ class RequestLogitsProcessor:
         width = logits.shape[-1]
         if self._matcher is None:
             assert self.grammar is not None
-            self._matcher = _matcher(self.tokenizer_dir, width, self.eos_token_ids, self.grammar)
+            self._matcher = _grammar_cache(self.tokenizer_dir, width, self.eos_token_ids).matcher(self.grammar)
             self._mask = torch.zeros((1, (width + 31) // 32), dtype=torch.int32)
         assert self._mask is not None
         new = list(tokens[self.consumed :])
@@ -177,7 +165,7 @@ class BatchedHook:
                 for row, client_id in enumerate(client_ids):
                     bias = self._biases.get(client_id) if client_id is not None else None
                     if bias:
-                        add_bias(logits[row], bias)
+                        apply_logit_bias(logits[row].view(-1), bias)
             self.processor(req_ids, logits, token_ids, stream_ptr, client_ids)
         except Exception as exc:
             logger.exception("the batched logits post-processor failed; its requests may only end")

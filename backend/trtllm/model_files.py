@@ -22,6 +22,7 @@ from llguidance import LLMatcher, LLTokenizer
 
 from backend.constraints import GrammarCache
 from backend.errors import BackendError
+from backend.model_loader import eos_token_ids
 from llgtriton.prepare import PrepareError, TokenizerOverrides, read_prepared
 from llgtriton.settings import EngineSettings
 
@@ -97,18 +98,14 @@ def _locate(settings: EngineSettings) -> tuple[Literal["checkpoint", "engine"], 
 
 
 def _eos_ids(tokenizer: Any, folder: Path) -> frozenset[int]:
-    ids: set[int] = set()
     generation = folder / "generation_config.json"
+    configured = None
     if generation.is_file():
         configured = json.loads(generation.read_text(encoding="utf-8")).get("eos_token_id")
-        ids.update(
-            value for value in (configured if isinstance(configured, list) else [configured]) if isinstance(value, int)
-        )
-    if isinstance(tokenizer.eos_token_id, int):
-        ids.add(tokenizer.eos_token_id)
+    ids = eos_token_ids(configured, tokenizer)
     if not ids:
         raise ModelFilesError(f"{folder} defines no end-of-sequence token (set eos_token in 'llgtriton prepare')")
-    return frozenset(ids)
+    return ids
 
 
 def load_model_files(settings: EngineSettings) -> TrtllmModel:
