@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
@@ -23,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 # Ask Triton to end a failed stream with a gRPC status (so INVALID_ARG reaches us as a code).
 _GRPC_ERROR_HEADERS = {"triton_grpc_error": "true"}
+# How long to wait for Triton to end a call after its final response before cancelling it.
+_DRAIN_TIMEOUT_S = 1.0
 
 _STATUS_ERRORS: dict[grpc.StatusCode, type[ProxyError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidRequestError,
@@ -68,6 +71,20 @@ def _inputs(request: wire.GenerationRequest) -> list[Any]:
     return inputs
 
 
+async def _drain(stream: Any) -> bool:
+    """After a final or error response Triton ends the call (we sent our one request); read that end."""
+    try:
+        async with asyncio.timeout(_DRAIN_TIMEOUT_S):
+            async for _ in stream:
+                logger.warning("Triton sent a response after the final one; ignored")
+    except TimeoutError:
+        logger.warning("Triton kept a finished stream open for %.1f s; cancelling it", _DRAIN_TIMEOUT_S)
+        return False
+    except (grpc.aio.AioRpcError, InferenceServerException):
+        return True  # ended, with a status we no longer need
+    return True
+
+
 class TritonGenerationClient:
     def __init__(self, url: str, model_name: str, timeout_s: float) -> None:
         self._client = triton_grpc.InferenceServerClient(url)
@@ -86,20 +103,29 @@ class TritonGenerationClient:
         stream = self._client.stream_infer(
             inputs_iterator=requests(), stream_timeout=self._timeout_s, headers=_GRPC_ERROR_HEADERS
         )
+        call_ended = False
         try:
             async for result, error in stream:
                 if error is not None:
+                    call_ended = await _drain(stream)
                     raise _stream_error(error)
                 yield wire.decode_output(result.as_numpy)
                 if result.get_response().parameters["triton_final_response"].bool_param:
+                    call_ended = await _drain(stream)
                     return
+            call_ended = True
             raise InternalError("Triton closed the stream before the final response")
         except grpc.aio.AioRpcError as exc:
+            call_ended = True
             raise _rpc_error(exc) from None
         except InferenceServerException as exc:
             raise ServiceUnavailableError(f"Triton: {exc.message()}") from None
         finally:
-            stream.cancel()
+            # Cancel only a call that is still open (the client went away mid-stream). Cancelling one
+            # that Triton has already finished races its stream teardown: tritonserver 2.51 logs
+            # "HandleCancellation called even when the context was not cancelled" and can crash.
+            if not call_ended:
+                stream.cancel()
 
     async def is_ready(self) -> bool:
         try:

@@ -1,0 +1,103 @@
+"""The Triton stream's end: a call Triton finished is read to its end, only an open one is cancelled.
+
+Cancelling a call that tritonserver 2.51 has already finished can crash it ("HandleCancellation
+called even when the context was not cancelled", then SIGSEGV), so the client must not do it.
+The stream here stands in for tritonclient's `stream_infer` iterator: `(result, error)` pairs,
+`cancel()`, and the end of the call as the end of iteration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from llgtriton import wire
+from proxy import triton_client
+from proxy.errors import InternalError
+from proxy.triton_client import TritonGenerationClient
+
+REQUEST = wire.GenerationRequest(prompt="hi", max_tokens=2)
+
+
+def _result(output: wire.GenerationOutput, *, final: bool) -> Any:
+    arrays = wire.encode_output(output)
+    parameters = {"triton_final_response": SimpleNamespace(bool_param=final)}
+    return SimpleNamespace(as_numpy=arrays.get, get_response=lambda: SimpleNamespace(parameters=parameters))
+
+
+class FakeStream:
+    def __init__(self, responses: list[tuple[Any, Any]], *, ends: bool = True) -> None:
+        self._responses = responses
+        self._ends = ends
+        self.cancelled = False
+        self.ended = False
+
+    def __aiter__(self) -> AsyncIterator[tuple[Any, Any]]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[tuple[Any, Any]]:
+        while self._responses:
+            yield self._responses.pop(0)
+        if not self._ends:
+            await asyncio.Event().wait()  # Triton never closes the call
+        self.ended = True
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+
+def _client(stream: FakeStream, monkeypatch: pytest.MonkeyPatch) -> TritonGenerationClient:
+    client = TritonGenerationClient("localhost:1", "llm", timeout_s=5)
+    monkeypatch.setattr(client._client, "stream_infer", lambda **_: stream)
+    return client
+
+
+async def _collect(stream: FakeStream, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    client = _client(stream, monkeypatch)  # its gRPC channel wants a running event loop
+    return [output.text async for output in client.generate(REQUEST, "r1")]
+
+
+def test_a_finished_call_is_read_to_its_end_and_not_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = FakeStream(
+        [
+            (_result(wire.GenerationOutput(text="a"), final=False), None),
+            (_result(wire.GenerationOutput(text="b", finish_reason=wire.FinishReason.STOP), final=True), None),
+        ]
+    )
+    assert asyncio.run(_collect(stream, monkeypatch)) == ["a", "b"]
+    assert stream.ended and not stream.cancelled
+
+
+def test_an_error_response_does_not_cancel_the_call_triton_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = FakeStream([(None, InferenceServerException("boom"))])
+    with pytest.raises(InternalError, match="boom"):
+        asyncio.run(_collect(stream, monkeypatch))
+    assert not stream.cancelled
+
+
+def test_a_client_that_goes_away_mid_stream_cancels_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = FakeStream([(_result(wire.GenerationOutput(text="a"), final=False), None)], ends=False)
+
+    async def first_then_leave() -> str:
+        outputs = _client(stream, monkeypatch).generate(REQUEST, "r1")
+        first = await anext(outputs)
+        await outputs.aclose()
+        return first.text
+
+    assert asyncio.run(first_then_leave()) == "a"
+    assert stream.cancelled
+
+
+def test_a_call_left_open_after_the_final_response_is_cancelled_after_a_bounded_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(triton_client, "_DRAIN_TIMEOUT_S", 0.05)
+    stream = FakeStream([(_result(wire.GenerationOutput(text="a"), final=True), None)], ends=False)
+    assert asyncio.run(_collect(stream, monkeypatch)) == ["a"]
+    assert stream.cancelled
