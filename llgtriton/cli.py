@@ -127,7 +127,14 @@ async def _supervise_until_signalled(triton: TritonProcess, max_restarts: int) -
     return 0 if stop.is_set() else 1
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def serve(settings: Settings, *, with_proxy: bool = True) -> int:
+    # uvicorn handles SIGTERM (docker stop, Kubernetes) and then re-raises it; with the default
+    # handler that would kill this process before `finally` stops tritonserver and its stub.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     triton = TritonProcess(settings)
     try:
         _start_triton(triton, settings)

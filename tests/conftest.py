@@ -148,10 +148,10 @@ def start_server(log: Path, *extra: str) -> RunningServer:
     return RunningServer(process, log, proxy_port, grpc_port, http_port, metrics_port)
 
 
-def stop_process(process: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
-    """Ctrl-C, as a user would; returns the exit code."""
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 60.0, signum: int = signal.SIGINT) -> int:
+    """Ctrl-C, as a user would (or ``signum``: SIGTERM, as docker and Kubernetes do); returns the exit code."""
     if process.poll() is None:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
     try:
         return process.wait(timeout)
     finally:

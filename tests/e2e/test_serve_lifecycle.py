@@ -1,7 +1,8 @@
-"""``llgtriton serve`` as a user runs it: a chat template file, then Ctrl-C stops everything."""
+"""``llgtriton serve`` as a user runs it: a chat template file, then Ctrl-C (or SIGTERM) stops everything."""
 
 from __future__ import annotations
 
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import start_server, stop_server
+from tests.conftest import start_server, stop_process, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -56,4 +57,14 @@ def test_chat_template_file_then_ctrl_c(tmp_path: Path, tokenizer: Any) -> None:
     assert code in (0, 130), server.log_tail()  # 130: uvicorn re-raises the SIGINT it handled
     assert not _tritonserver_running(server.grpc_port)
     assert not _port_open(server.proxy_port)
+    assert not _port_open(server.grpc_port)
+
+
+def test_sigterm_stops_tritonserver_too(tmp_path: Path) -> None:
+    """docker stop and Kubernetes send SIGTERM: Triton and its stub must not outlive the launcher."""
+    server = start_server(tmp_path / "serve.log", "--engine-engine=synthetic")
+    code = stop_process(server.process, signum=signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM, server.log_tail()
+    assert "stopping tritonserver" in server.log_tail()
+    assert not _tritonserver_running(server.grpc_port)
     assert not _port_open(server.grpc_port)
