@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint typecheck unit e2e device-carry clean
+.PHONY: install serve test lint typecheck unit e2e device-carry device-carry-triton clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ device-carry:
 	cp -r ../shared/data/jsonschemabench device_carry/
 	$(BIN)/python -c "from backend.model_loader import checkpoint_path; from llgtriton.settings import EngineSettings; print(checkpoint_path(EngineSettings()))" \
 		| xargs -I{} cp {}/config.json {}/tokenizer.json {}/tokenizer_config.json {}/generation_config.json device_carry/model/
+
+# tritonserver, numpy 1.26 and the proxy's wheels for the GPU machine (bench/gpu_replicas.sh).
+device-carry-triton: $(STAMP)
+	BIN=$(BIN) bash bench/device_carry_triton.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
