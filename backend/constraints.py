@@ -94,6 +94,7 @@ class GuidanceLogitsProcessor:
         if tokenizer.vocab_size != vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, logits have {vocab_size}")
         self._tokenizer = tokenizer
+        self.vocab_size = vocab_size
         self._states: dict[int, _MatcherState] = {}
         self._executor = llguidance.LLExecutor(num_threads=mask_threads)
         self._applier = applier or CpuBitmaskApplier(vocab_size, max_batch_size)

@@ -36,13 +36,16 @@ class BitmaskApplier(Protocol):
 
     def host_masks(self, rows: int) -> torch.Tensor: ...
 
-    def apply(self, logits: Sequence[torch.Tensor], stream_ptr: int) -> None: ...
+    def apply(self, logits: Sequence[torch.Tensor], stream_ptr: int) -> None:
+        """Mask row ``i`` of ``logits`` (each ``[..., vocab_size]``) with row ``i`` of ``host_masks``."""
+        ...
 
 
 class CpuBitmaskApplier:
     """The CPU path: masks in an ordinary tensor, applied with vectorised torch ops."""
 
     def __init__(self, vocab_size: int, rows: int) -> None:
+        self.vocab_size = vocab_size
         self._masks = torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
 
     def host_masks(self, rows: int) -> torch.Tensor:
@@ -52,6 +55,8 @@ class CpuBitmaskApplier:
 
     def apply(self, logits: Sequence[torch.Tensor], stream_ptr: int) -> None:
         for index, row in enumerate(logits):
+            if row.shape[-1] != self.vocab_size:  # the CUDA applier's contract too
+                raise ValueError(f"logits row {index} must be [..., {self.vocab_size}], not {list(row.shape)}")
             apply_token_bitmask_cpu(row, self._masks[index])
 
 

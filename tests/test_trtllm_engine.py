@@ -9,13 +9,15 @@ the constraint steers it, so a valid JSON output shows the mask was applied.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import pytest
+import torch
 
 from backend.constraints import GuidanceLogitsProcessor
 from backend.errors import BackendError, Unsupported
@@ -190,6 +192,46 @@ def test_tensor_and_pipeline_parallel_sizes_reach_tensorrt_llm(
         assert llm.args["kv_cache_config"].free_gpu_memory_fraction == 0.9
     finally:
         running.shutdown()
+
+
+def test_an_engine_built_for_two_gpus_with_a_padded_vocabulary_is_constrained_too(
+    fake_tensorrt_llm: None, engine_folder: Path, tmp_path: Path
+) -> None:
+    """An odd vocabulary on TP 2: the engine's logits are one column wider than the vocabulary."""
+    folder = tmp_path / "padded"
+    shutil.copytree(engine_folder, folder, symlinks=True)
+    config_file = folder / "engine" / "config.json"
+    config = json.loads(config_file.read_text())
+    vocab = config["pretrained_config"]["vocab_size"] + 1
+    assert vocab % 2 == 1
+    config["pretrained_config"] |= {"vocab_size": vocab, "mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1}}
+    config_file.write_text(json.dumps(config))
+    running = start_service(EngineSettings(engine="trtllm", model=str(folder), max_batch_size=4))
+    assert isinstance(running, GenerationService)
+    try:
+        for seed in range(3):
+            sink = run(running, **json_request(temperature=1.0, seed=seed))
+            assert sink.error is None, sink.error
+            jsonschema.validate(json.loads(sink.text), SCHEMA)
+    finally:
+        running.shutdown()
+
+
+def test_a_padding_column_never_survives_the_batched_hook(fake_tensorrt_llm: None) -> None:
+    """Unconstrained rows too: the padding columns past the vocabulary are no tokens."""
+
+    class NoConstraints:
+        vocab_size = 5
+
+        def __call__(self, *args: Any) -> None:
+            pass
+
+    hook = hooks.BatchedHook(cast(GuidanceLogitsProcessor, NoConstraints()), eos_token_ids=[0])
+    logits = [torch.zeros(1, 1, 6), torch.zeros(1, 1, 6)]
+    hook([1, 2], logits, [[[3]], [[4]]], 0, [7, None])
+    for row in logits:
+        assert row[0, 0, 5] == float("-inf")
+        assert torch.all(row[0, 0, :5] == 0)
 
 
 def test_an_engine_folder_without_a_tokenizer_is_refused_clearly(fake_tensorrt_llm: None, tmp_path: Path) -> None:

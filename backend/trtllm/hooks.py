@@ -152,6 +152,22 @@ class BatchedHook:
     def error(self, client_id: int) -> str | None:
         return self._failures.get(client_id) or self.processor.error(client_id)
 
+    def _within_vocabulary(self, logits: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Views of ``logits`` as wide as the vocabulary; the columns past it can never be chosen.
+
+        An engine built with tensor parallelism pads its vocabulary to a multiple of the TP size,
+        and the logits it hands us are that wide (``vocab_size_padded``). The padding columns are
+        no tokens (their logits are 0, not -inf), so they are set to -inf here.
+        """
+        width = self.processor.vocab_size
+        if not logits or logits[0].shape[-1] == width:
+            return logits
+        if logits[0].shape[-1] < width:
+            raise ValueError(f"logits are {logits[0].shape[-1]} wide, narrower than the vocabulary ({width})")
+        for row in logits:
+            row[..., width:] = float("-inf")
+        return [row[..., :width] for row in logits]
+
     def __call__(
         self,
         req_ids: list[int],
@@ -162,11 +178,12 @@ class BatchedHook:
     ) -> None:
         try:
             with on_stream(logits[0], stream_ptr) if logits else nullcontext():
+                rows = self._within_vocabulary(logits)
                 for row, client_id in enumerate(client_ids):
                     bias = self._biases.get(client_id) if client_id is not None else None
                     if bias:
-                        apply_logit_bias(logits[row].view(-1), bias)
-            self.processor(req_ids, logits, token_ids, stream_ptr, client_ids)
+                        apply_logit_bias(rows[row].view(-1), bias)
+            self.processor(req_ids, rows, token_ids, stream_ptr, client_ids)
         except Exception as exc:
             logger.exception("the batched logits post-processor failed; its requests may only end")
             for row, client_id in enumerate(client_ids):

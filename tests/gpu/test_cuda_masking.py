@@ -108,3 +108,29 @@ def test_wrong_rows_are_refused(appliers: dict[int, object]) -> None:
     applier = appliers[49152]
     with pytest.raises(ValueError, match="49152"):
         applier.apply(torch.zeros((2, 100), device="cuda"), 0)  # type: ignore[attr-defined]
+
+
+def test_the_batched_hook_masks_padded_tensorrt_llm_rows_with_the_kernel() -> None:
+    """An engine on TP 2 with an odd vocabulary hands the hook [1, 1, vocab + 1] rows on its stream."""
+    import llguidance
+
+    from backend.constraints import GuidanceLogitsProcessor
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from backend.trtllm.hooks import BatchedHook
+
+    tokenizer = llguidance.LLTokenizer("byte")
+    vocab = tokenizer.vocab_size
+    applier = CudaBitmaskApplier(torch.device("cuda"), 4, vocab)
+    processor = GuidanceLogitsProcessor(tokenizer, vocab, 4, applier=applier)
+    grammar = llguidance.grammar_from("regex", "[0-9]+")
+    processor.add(11, llguidance.LLMatcher(tokenizer, grammar), prompt_length=1)
+    hook = BatchedHook(processor, eos_token_ids=tokenizer.eos_tokens)
+    rows = [torch.zeros((1, 1, vocab + 1), device="cuda") for _ in range(2)]
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    hook([1, 2], rows, [[[65]], [[66]]], side.cuda_stream, [11, None])
+    side.synchronize()
+    assert hook.error(11) is None
+    allowed = (rows[0][0, 0] == 0).nonzero().flatten().tolist()
+    assert allowed == list(tokenizer.tokenize_str("0123456789"))  # the digits' byte tokens, nothing else
+    assert rows[0][0, 0, vocab] == float("-inf") and rows[1][0, 0, vocab] == float("-inf")
+    assert torch.all(rows[1][0, 0, :vocab] == 0)  # the unconstrained row keeps its logits

@@ -19,15 +19,28 @@ def vocab_size_of(model_dir: str | Path) -> int:
     return int(size)
 
 
+def logits_width_of(engine_dir: str | Path) -> int:
+    """An engine built with tensor parallelism pads its vocabulary to a multiple of the TP size
+    (``ceil(vocab / tp) * tp``, as TensorRT-LLM's checkpoint converters do), and its logits buffers,
+    the ones the post-processor sees, are that wide (``vocab_size_padded``)."""
+    config = json.loads((Path(engine_dir) / "config.json").read_text())
+    tp_size = int(config["pretrained_config"].get("mapping", {}).get("tp_size", 1))
+    vocab = vocab_size_of(engine_dir)
+    return -(-vocab // tp_size) * tp_size
+
+
 class ToyModel:
     step_delay_s = 0.002
 
-    def __init__(self, vocab_size: int) -> None:
+    def __init__(self, vocab_size: int, width: int | None = None) -> None:
         self.vocab_size = vocab_size
+        self.width = width or vocab_size  # logits wider than the vocabulary: padding columns
 
     def logits(self, tokens: list[int]) -> torch.Tensor:
         generator = torch.Generator().manual_seed(tokens[-1] * 7919 + len(tokens) % 3)
-        return torch.randn(self.vocab_size, generator=generator)
+        real = torch.randn(self.vocab_size, generator=generator)
+        # Padded rows of the LM head are zeros, so padding logits are 0, not -inf.
+        return torch.cat([real, torch.zeros(self.width - self.vocab_size)])
 
     @staticmethod
     def sample(logits: torch.Tensor, temperature: float | None, generator: torch.Generator) -> int:

@@ -5,7 +5,8 @@ and ``cpp/include/tensorrt_llm/executor/types.h`` @03961722).
 Mirrored behaviour: keyword-only arguments where the bindings have them; ``Request`` and
 ``SamplingConfig`` names (``seed``, not ``random_seed``); an unknown ``logits_post_processor_name``
 raises at enqueue; the batched post-processor is called once per step with every request that
-named it, as ``(req_ids, [logits [1, 1, V]], [[prompt + generated]], stream_ptr: int, client_ids)``;
+named it, as ``(req_ids, [logits [1, 1, V]], [[prompt + generated]], stream_ptr: int, client_ids)``,
+with ``V = vocab_size_padded`` (the vocabulary padded to a multiple of the engine's TP size);
 an exception from it ends every active request with an error (``terminateActiveRequests``);
 streamed results carry only the new tokens; the end id is not among them.
 """
@@ -23,7 +24,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from tensorrt_llm._toy import ToyModel, vocab_size_of
+from tensorrt_llm._toy import ToyModel, logits_width_of, vocab_size_of
 
 
 class ModelType(enum.Enum):
@@ -197,7 +198,7 @@ class _Active:
 
 class Executor:
     def __init__(self, model_path: str | Path, model_type: ModelType, executor_config: ExecutorConfig) -> None:
-        self._model = ToyModel(vocab_size_of(model_path))
+        self._model = ToyModel(vocab_size_of(model_path), logits_width_of(model_path))
         self._config = executor_config
         self._ids = itertools.count(1)
         self._active: dict[int, _Active] = {}
@@ -272,7 +273,8 @@ class Executor:
 
     def _advance(self, active: _Active, logits: torch.Tensor) -> None:
         config = active.request.sampling_config
-        token = ToyModel.sample(logits, config.temperature, active.generator)
+        # The sampling layers read only the first vocab_size logits: padding is never sampled.
+        token = ToyModel.sample(logits[: self._model.vocab_size], config.temperature, active.generator)
         if token == active.request.end_id:
             self._finish(active, [], FinishReason.END_ID)
             return
