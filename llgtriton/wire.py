@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -267,6 +267,8 @@ def encode_output(output: GenerationOutput) -> dict[str, Array]:
 # Decoding -----------------------------------------------------------------------------------
 
 TensorGetter = Callable[[str], "Array | None"]
+# The values of one response's tensor, already flat (see decode_output_values).
+ValuesGetter = Callable[[str], "Sequence[object] | None"]
 
 
 def _values(name: str, array: Array) -> list[object]:
@@ -291,14 +293,25 @@ def _text(value: object, name: str) -> str:
     raise WireError(f"{name!r} must be BYTES, got {type(value).__name__}")
 
 
-def _one(get: TensorGetter, name: str) -> object | None:
-    array = get(name)
-    if array is None:
+def _flat(get: TensorGetter) -> ValuesGetter:
+    def values(name: str) -> list[object] | None:
+        array = get(name)
+        return None if array is None else _values(name, array)
+
+    return values
+
+
+def _single(values: ValuesGetter, name: str) -> object | None:
+    found = values(name)
+    if found is None:
         return None
-    values = _values(name, array)
-    if len(values) != 1:
-        raise WireError(f"{name!r} must hold one value, got {len(values)}")
-    return values[0]
+    if len(found) != 1:
+        raise WireError(f"{name!r} must hold one value, got {len(found)}")
+    return found[0]
+
+
+def _one(get: TensorGetter, name: str) -> object | None:
+    return _single(_flat(get), name)
 
 
 def _float(get: TensorGetter, name: str, default: float) -> float:
@@ -386,14 +399,23 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
 
 
 def decode_output(get: TensorGetter) -> GenerationOutput:
-    text_array = get(TEXT_OUTPUT)
-    text = "" if text_array is None else "".join(_text(v, TEXT_OUTPUT) for v in _values(TEXT_OUTPUT, text_array))
-    reason_value = _one(get, FINISH_REASON)
+    return decode_output_values(_flat(get))
+
+
+def decode_output_values(values: ValuesGetter) -> GenerationOutput:
+    """A response from the flat values of its tensors (BYTES as ``bytes``, INT32 as ``int``).
+
+    The proxy reads them straight from the gRPC message, with no numpy arrays per streamed chunk.
+    """
+    text_values = values(TEXT_OUTPUT)
+    text = "" if text_values is None else "".join(_text(v, TEXT_OUTPUT) for v in text_values)
+    reason_value = _single(values, FINISH_REASON)
     reason = _text(reason_value, FINISH_REASON) if reason_value is not None else ""
+    prompt_tokens, completion_tokens = _single(values, NUM_INPUT_TOKENS), _single(values, NUM_OUTPUT_TOKENS)
     return GenerationOutput(
         text=text,
         finish_reason=FinishReason(reason) if reason else None,
-        prompt_tokens=_int(get, NUM_INPUT_TOKENS) or 0,
-        completion_tokens=_int(get, NUM_OUTPUT_TOKENS) or 0,
-        logprobs=_logprobs_from_json(_text(_one(get, TOKEN_LOGPROBS) or b"", TOKEN_LOGPROBS)),
+        prompt_tokens=int(prompt_tokens or 0),  # type: ignore[call-overload]
+        completion_tokens=int(completion_tokens or 0),  # type: ignore[call-overload]
+        logprobs=_logprobs_from_json(_text(_single(values, TOKEN_LOGPROBS) or b"", TOKEN_LOGPROBS)),
     )

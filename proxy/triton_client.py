@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+import struct
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -62,6 +63,42 @@ def _stream_error(error: InferenceServerException) -> ProxyError:
     return InternalError(f"Triton: {message}")
 
 
+_INT32 = struct.Struct("<i")
+_LENGTH = struct.Struct("<I")
+
+
+def _bytes_elements(raw: bytes) -> list[bytes]:
+    """A BYTES tensor's elements from Triton's raw encoding: a 4-byte little-endian length, then the bytes."""
+    elements, offset = [], 0
+    while offset < len(raw):
+        (length,) = _LENGTH.unpack_from(raw, offset)
+        offset += _LENGTH.size
+        elements.append(raw[offset : offset + length])
+        offset += length
+    return elements
+
+
+def decode_response(result: Any) -> wire.GenerationOutput:
+    """One streamed response, read from the gRPC message's raw contents (no numpy per chunk).
+
+    Triton sends every output in ``raw_output_contents``; anything else (typed ``contents``, a
+    type the wire contract does not use) goes through tritonclient's own decoding.
+    """
+    response = result.get_response()
+    raw = response.raw_output_contents
+    if len(raw) != len(response.outputs):
+        return wire.decode_output(result.as_numpy)
+    values: dict[str, Sequence[object]] = {}
+    for output, contents in zip(response.outputs, raw, strict=True):
+        if output.datatype == "BYTES":
+            values[output.name] = _bytes_elements(contents)
+        elif output.datatype == "INT32":
+            values[output.name] = [value for (value,) in _INT32.iter_unpack(contents)]
+        else:
+            return wire.decode_output(result.as_numpy)
+    return wire.decode_output_values(values.get)
+
+
 def _inputs(request: wire.GenerationRequest) -> list[Any]:
     inputs = []
     for name, array in wire.encode_request(request).items():
@@ -109,7 +146,7 @@ class TritonGenerationClient:
                 if error is not None:
                     call_ended = await _drain(stream)
                     raise _stream_error(error)
-                yield wire.decode_output(result.as_numpy)
+                yield decode_response(result)
                 if result.get_response().parameters["triton_final_response"].bool_param:
                     call_ended = await _drain(stream)
                     return

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
-from tritonclient.utils import InferenceServerException
+from tritonclient.grpc import InferResult, service_pb2
+from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from llgtriton import wire
 from proxy import triton_client
@@ -24,10 +25,16 @@ from proxy.triton_client import TritonGenerationClient
 REQUEST = wire.GenerationRequest(prompt="hi", max_tokens=2)
 
 
-def _result(output: wire.GenerationOutput, *, final: bool) -> Any:
-    arrays = wire.encode_output(output)
-    parameters = {"triton_final_response": SimpleNamespace(bool_param=final)}
-    return SimpleNamespace(as_numpy=arrays.get, get_response=lambda: SimpleNamespace(parameters=parameters))
+def _result(output: wire.GenerationOutput, *, final: bool) -> InferResult:
+    """The message Triton sends for ``output``: every tensor in ``raw_output_contents``."""
+    response = service_pb2.ModelInferResponse(model_name="llm", id="r1")
+    response.parameters["triton_final_response"].bool_param = final
+    for name, array in wire.encode_output(output).items():
+        tensor = response.outputs.add(name=name, datatype=wire.client_datatype(wire.OUTPUT_TYPES[name]))
+        tensor.shape.extend(array.shape)
+        raw = serialize_byte_tensor(array).item() if array.dtype == np.object_ else array.tobytes()
+        response.raw_output_contents.append(raw)
+    return InferResult(response)
 
 
 class FakeStream:
@@ -101,3 +108,33 @@ def test_a_call_left_open_after_the_final_response_is_cancelled_after_a_bounded_
     stream = FakeStream([(_result(wire.GenerationOutput(text="a"), final=True), None)], ends=False)
     assert asyncio.run(_collect(stream, monkeypatch)) == ["a"]
     assert stream.cancelled
+
+
+OUTPUTS = [
+    wire.GenerationOutput(text=""),
+    wire.GenerationOutput(text="héllo, 世界 🙂", prompt_tokens=12, completion_tokens=2**31 - 1),
+    wire.GenerationOutput(text='{"a": 1}', finish_reason=wire.FinishReason.STOP, prompt_tokens=3, completion_tokens=9),
+    wire.GenerationOutput(text="x", finish_reason=wire.FinishReason.LENGTH, completion_tokens=1),
+    wire.GenerationOutput(
+        text="ab",
+        completion_tokens=2,
+        logprobs=(
+            wire.TokenLogprob(b"a", -0.5, (wire.Alternative(b"a", -0.5), wire.Alternative(b"\xe4", -2.0))),
+            wire.TokenLogprob(b"b", -1.25),
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_a_response_read_from_the_raw_message_equals_the_numpy_decoding(
+    output: wire.GenerationOutput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _result(output, final=True)
+    assert wire.decode_output(result.as_numpy) == output
+
+    def no_numpy(name: str) -> None:
+        raise AssertionError("decoded through numpy")
+
+    monkeypatch.setattr(result, "as_numpy", no_numpy)
+    assert triton_client.decode_response(result) == output
