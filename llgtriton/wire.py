@@ -98,6 +98,34 @@ class WireError(ValueError):
     """A request or response tensor set that does not follow the contract."""
 
 
+class ErrorKind(enum.StrEnum):
+    """Why a request failed, carried at the start of the error message of its final response.
+
+    Triton's streaming gRPC API reports a response's error as text only (``error_message``): the
+    kind travels inside it, as ``[invalid_argument] prompt too long``. Ending the stream with a
+    gRPC status instead (Triton's ``triton_grpc_error`` mode) crashes tritonserver 2.51 now and
+    then ("HandleCancellation called even when the context was not cancelled", then SIGSEGV).
+    """
+
+    INVALID_ARGUMENT = "invalid_argument"
+    UNSUPPORTED = "unsupported"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+def error_message(kind: ErrorKind, message: str) -> str:
+    return f"[{kind.value}] {message}"
+
+
+def parse_error_message(message: str) -> tuple[ErrorKind | None, str]:
+    """The kind and the text of an error message; no kind when it did not come from our backend."""
+    if message.startswith("["):
+        head, separator, rest = message[1:].partition("] ")
+        if separator and head in ErrorKind._value2member_map_:
+            return ErrorKind(head), rest
+    return None, message
+
+
 class FinishReason(enum.StrEnum):
     STOP = "stop"
     LENGTH = "length"

@@ -23,8 +23,6 @@ from proxy.errors import (
 
 logger = logging.getLogger(__name__)
 
-# Ask Triton to end a failed stream with a gRPC status (so INVALID_ARG reaches us as a code).
-_GRPC_ERROR_HEADERS = {"triton_grpc_error": "true"}
 # How long to wait for Triton to end a call after its final response before cancelling it.
 _DRAIN_TIMEOUT_S = 1.0
 
@@ -56,10 +54,26 @@ def _rpc_error(error: grpc.aio.AioRpcError) -> ProxyError:
     return error_type(details)
 
 
+_KIND_ERRORS: dict[wire.ErrorKind, type[ProxyError]] = {
+    wire.ErrorKind.INVALID_ARGUMENT: InvalidRequestError,
+    wire.ErrorKind.UNSUPPORTED: InvalidRequestError,
+    wire.ErrorKind.UNAVAILABLE: ServiceUnavailableError,
+    wire.ErrorKind.INTERNAL: InternalError,
+}
+
+
 def _stream_error(error: InferenceServerException) -> ProxyError:
+    """An error response in the stream: our backend's carries its kind (see wire.ErrorKind), Triton's do not."""
     message = error.message() if isinstance(error, InferenceServerException) else str(error)
+    kind, text = wire.parse_error_message(message or "")
+    if kind is wire.ErrorKind.UNAVAILABLE:
+        return ServiceUnavailableError(f"unavailable, retry later: {text}")
+    if kind is not None:
+        return _KIND_ERRORS[kind](text)
     if "is not healthy" in message:  # the model's stub died: the server restarts it (llgtriton serve)
         return ServiceUnavailableError(f"Triton: the model is restarting, retry later ({message})")
+    if "unknown model" in message or "is not ready" in message:  # loading, or another model repository
+        return ServiceUnavailableError(f"Triton: {message}")
     return InternalError(f"Triton: {message}")
 
 
@@ -137,9 +151,7 @@ class TritonGenerationClient:
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield {"model_name": self._model_name, "inputs": inputs, "request_id": request_id}
 
-        stream = self._client.stream_infer(
-            inputs_iterator=requests(), stream_timeout=self._timeout_s, headers=_GRPC_ERROR_HEADERS
-        )
+        stream = self._client.stream_infer(inputs_iterator=requests(), stream_timeout=self._timeout_s)
         call_ended = False
         try:
             async for result, error in stream:

@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from llgtriton import wire
 from proxy import triton_client
-from proxy.errors import InternalError
+from proxy.errors import InternalError, InvalidRequestError, ServiceUnavailableError
 from proxy.triton_client import TritonGenerationClient
 
 REQUEST = wire.GenerationRequest(prompt="hi", max_tokens=2)
@@ -138,3 +138,32 @@ def test_a_response_read_from_the_raw_message_equals_the_numpy_decoding(
 
     monkeypatch.setattr(result, "as_numpy", no_numpy)
     assert triton_client.decode_response(result) == output
+
+
+@pytest.mark.parametrize(
+    ("message", "error_type", "text"),
+    [
+        (
+            wire.error_message(wire.ErrorKind.INVALID_ARGUMENT, "prompt too long"),
+            InvalidRequestError,
+            "prompt too long",
+        ),
+        (wire.error_message(wire.ErrorKind.UNSUPPORTED, "no logprobs"), InvalidRequestError, "no logprobs"),
+        (wire.error_message(wire.ErrorKind.UNAVAILABLE, "queue full"), ServiceUnavailableError, "queue full"),
+        (wire.error_message(wire.ErrorKind.INTERNAL, "boom"), InternalError, "boom"),
+        ("[not_a_kind] boom", InternalError, "[not_a_kind] boom"),
+        ("Request for unknown model: 'llm' is not found", ServiceUnavailableError, "unknown model"),
+        (
+            "Failed to process the request(s) for model 'llm', message: Stub process 'llm_0_0' is not healthy.",
+            ServiceUnavailableError,
+            "restarting",
+        ),
+    ],
+)
+def test_an_error_in_the_stream_maps_to_the_status_its_kind_names(
+    message: str, error_type: type[Exception], text: str
+) -> None:
+    error = triton_client._stream_error(InferenceServerException(message))
+    assert type(error) is error_type
+    assert text in str(error)
+    assert "[invalid_argument]" not in str(error)

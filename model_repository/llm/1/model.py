@@ -40,6 +40,14 @@ def _error_code(error: Exception) -> Any:
     return codes.INTERNAL
 
 
+def _error_kind(error: Exception) -> wire.ErrorKind:
+    if isinstance(error, wire.WireError):
+        return wire.ErrorKind.INVALID_ARGUMENT
+    if isinstance(error, BackendError) and error.code in wire.ErrorKind._value2member_map_:
+        return wire.ErrorKind(error.code)
+    return wire.ErrorKind.INTERNAL
+
+
 class TritonResponseSink:
     """The backend's ResponseSink over one request's decoupled response sender."""
 
@@ -52,7 +60,8 @@ class TritonResponseSink:
         self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
 
     def fail(self, error: Exception) -> None:
-        response = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error), _error_code(error)))
+        message = wire.error_message(_error_kind(error), str(error))
+        response = pb_utils.InferenceResponse(error=pb_utils.TritonError(message, _error_code(error)))
         self._sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def is_cancelled(self) -> bool:
