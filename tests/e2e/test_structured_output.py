@@ -213,3 +213,4 @@ def test_triton_backend_refuses_a_bad_guide(server: RunningServer) -> None:
     )
     (_, error), *_ = received
     assert error is not None and "regex" in str(error)
+    assert error.message().startswith("[invalid_argument] ")  # the kind the proxy maps to 400

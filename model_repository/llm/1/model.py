@@ -25,27 +25,27 @@ from llgtriton.settings import engine_settings_from, env_name
 logger = logging.getLogger("llgtriton.model")
 
 
-def _error_code(error: Exception) -> Any:
-    """The Triton error code for ``error`` (pb_utils.TritonError exists only once the stub runs)."""
-    codes = pb_utils.TritonError
-    if isinstance(error, wire.WireError):
-        return codes.INVALID_ARG
-    if isinstance(error, BackendError):
-        by_name = {
-            "invalid_argument": codes.INVALID_ARG,
-            "unsupported": codes.UNSUPPORTED,
-            "unavailable": codes.UNAVAILABLE,
-        }
-        return by_name.get(error.code, codes.INTERNAL)
-    return codes.INTERNAL
-
-
 def _error_kind(error: Exception) -> wire.ErrorKind:
     if isinstance(error, wire.WireError):
         return wire.ErrorKind.INVALID_ARGUMENT
-    if isinstance(error, BackendError) and error.code in wire.ErrorKind._value2member_map_:
-        return wire.ErrorKind(error.code)
+    if isinstance(error, BackendError):
+        return error.code
     return wire.ErrorKind.INTERNAL
+
+
+def _triton_error(error: Exception) -> Any:
+    """The error response's TritonError: its kind at the start of the message, and as Triton's code.
+
+    (pb_utils.TritonError exists only once the stub runs.)
+    """
+    kind = _error_kind(error)
+    codes = pb_utils.TritonError
+    by_kind = {
+        wire.ErrorKind.INVALID_ARGUMENT: codes.INVALID_ARG,
+        wire.ErrorKind.UNSUPPORTED: codes.UNSUPPORTED,
+        wire.ErrorKind.UNAVAILABLE: codes.UNAVAILABLE,
+    }
+    return pb_utils.TritonError(wire.error_message(kind, str(error)), by_kind.get(kind, codes.INTERNAL))
 
 
 class TritonResponseSink:
@@ -60,8 +60,7 @@ class TritonResponseSink:
         self._sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
 
     def fail(self, error: Exception) -> None:
-        message = wire.error_message(_error_kind(error), str(error))
-        response = pb_utils.InferenceResponse(error=pb_utils.TritonError(message, _error_code(error)))
+        response = pb_utils.InferenceResponse(error=_triton_error(error))
         self._sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def is_cancelled(self) -> bool:
