@@ -190,6 +190,47 @@ class Server:
     grpc_port: int
 
 
+READY_TIMEOUT_S = 600.0
+
+
+def start_llgtriton(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``python -m llgtriton.cli <argv>`` in its own session, its output in ``log``."""
+    with log.open("wb") as handle:
+        return subprocess.Popen(
+            [sys.executable, "-m", "llgtriton.cli", *argv],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def wait_until_ready(url: str, what: str, process: subprocess.Popen[bytes]) -> None:
+    """Until ``url`` answers 200; fails when ``process`` exits first or after ``READY_TIMEOUT_S``."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"{what} did not become ready in {READY_TIMEOUT_S:.0f} s")
+
+
+def stop_llgtriton(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C, as a user would; SIGKILL to its session after 60 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def running_server(out: Path, name: str, *extra: str) -> Iterator[Server]:
     """``llgtriton serve`` as ``make serve`` runs it (plus ``extra`` flags), on free ports, stopped with
@@ -200,9 +241,6 @@ def running_server(out: Path, name: str, *extra: str) -> Iterator[Server]:
     log = out / f"{name}_server.log"
     proxy_port, http_port, grpc_port, metrics_port = (_free_port() for _ in range(4))
     argv = [
-        sys.executable,
-        "-m",
-        "llgtriton.cli",
         "serve",
         f"--proxy-port={proxy_port}",
         f"--proxy-triton-url=127.0.0.1:{grpc_port}",
@@ -211,30 +249,16 @@ def running_server(out: Path, name: str, *extra: str) -> Iterator[Server]:
         f"--triton-metrics-port={metrics_port}",
         *extra,
     ]
-    with log.open("wb") as handle:
-        process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    process = start_llgtriton(argv, log)
     try:
-        _wait_ready(process, proxy_port, log)
+        try:
+            wait_until_ready(f"http://127.0.0.1:{proxy_port}/ready", "llgtriton serve", process)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; see {log}") from None
         yield Server(process.pid, proxy_port, grpc_port)
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_llgtriton(process)
     log.unlink()
-
-
-def _wait_ready(process: subprocess.Popen[bytes], proxy_port: int, log: Path) -> None:
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{proxy_port}/ready", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"llgtriton serve did not become ready; see {log}")
 
 
 def quiet_logging() -> None:

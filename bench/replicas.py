@@ -33,7 +33,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -45,11 +44,19 @@ from typing import Any
 import jsonschema
 import openai
 
-from bench.layers import PROMPTS, ROOT, SCHEMA, _free_port, quiet_logging
+from bench.layers import (
+    PROMPTS,
+    ROOT,
+    SCHEMA,
+    _free_port,
+    quiet_logging,
+    start_llgtriton,
+    stop_llgtriton,
+    wait_until_ready,
+)
 from llgtriton.triton_server import live_children
 
 logger = logging.getLogger("bench.replicas")
-READY_TIMEOUT_S = 600.0
 SUCCESS_COUNTER = re.compile(r'^nv_inference_request_success\{model="llm",version="1"\} (\S+)$', re.MULTILINE)
 
 
@@ -80,41 +87,6 @@ class Replica:
         self.process.wait()
 
 
-def _wait(url: str, what: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"{what} did not become ready in {READY_TIMEOUT_S:.0f} s")
-
-
-def _start(argv: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with log.open("wb") as handle:
-        return subprocess.Popen(
-            [sys.executable, "-m", "llgtriton.cli", *argv],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            env=env,
-            start_new_session=True,
-        )
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-
-
 @contextlib.contextmanager
 def replicas(gpus: Sequence[str], engine_flags: Sequence[str], out: Path, work: Path) -> Iterator[list[Replica]]:
     started: list[Replica] = []
@@ -130,14 +102,16 @@ def replicas(gpus: Sequence[str], engine_flags: Sequence[str], out: Path, work: 
                 f"--engine-cache-dir={work / f'cache{index}'}",
                 *engine_flags,
             ]
-            process = _start(argv, out / f"triton{index}.log", env)
+            process = start_llgtriton(argv, out / f"triton{index}.log", env)
             started.append(Replica(gpu, grpc_port, http_port, metrics_port, process))
         for index, replica in enumerate(started):
-            _wait(f"http://127.0.0.1:{replica.http_port}/v2/models/llm/ready", f"triton{index}", replica.process)
+            wait_until_ready(
+                f"http://127.0.0.1:{replica.http_port}/v2/models/llm/ready", f"triton{index}", replica.process
+            )
         yield started
     finally:
         for replica in started:
-            _stop(replica.process)
+            stop_llgtriton(replica.process)
 
 
 @contextlib.contextmanager
@@ -149,12 +123,12 @@ def proxy(urls: Sequence[str], model_name: str, out: Path, name: str) -> Iterato
         f"--proxy-triton-url={','.join(urls)}",
         f"--proxy-served-model-name={model_name}",
     ]
-    process = _start(argv, out / f"{name}.log", dict(os.environ))
+    process = start_llgtriton(argv, out / f"{name}.log")
     try:
-        _wait(f"http://127.0.0.1:{port}/ready", name, process)
+        wait_until_ready(f"http://127.0.0.1:{port}/ready", name, process)
         yield port
     finally:
-        _stop(process)
+        stop_llgtriton(process)
 
 
 @dataclass
