@@ -33,7 +33,7 @@ def _in_flight(server: RunningServer) -> float:
     raise AssertionError("no in-flight gauge in /metrics")
 
 
-async def _abandon(client: openai.AsyncOpenAI, index: int) -> str:
+async def _abandon(client: openai.AsyncOpenAI, index: int, no_end: dict[str, int]) -> str:
     messages: list[Any] = [{"role": "user", "content": f"Tell me a very long story, number {index}."}]
     try:
         if index % 2:
@@ -42,22 +42,26 @@ async def _abandon(client: openai.AsyncOpenAI, index: int) -> str:
                 messages=messages,
                 max_tokens=400,
                 stream=True,
+                logit_bias=no_end,
             )
             async for _ in stream:
                 pass
         else:
-            await client.chat.completions.create(model=MODEL, messages=messages, max_tokens=400)
+            await client.chat.completions.create(model=MODEL, messages=messages, max_tokens=400, logit_bias=no_end)
     except openai.APITimeoutError:
         return "timeout"
     return "finished"
 
 
-def test_two_hundred_abandoned_requests_then_a_new_one_within_5_s(server: RunningServer) -> None:
+def test_two_hundred_abandoned_requests_then_a_new_one_within_5_s(server: RunningServer, loaded_model: Any) -> None:
+    # Every request runs to max_tokens: a story that ended early with EOS would not be abandoned.
+    no_end = {str(token): -100 for token in loaded_model.eos_token_ids}
+
     async def scenario() -> list[str]:
         async with openai.AsyncOpenAI(
             base_url=server.openai_base_url, api_key="unused", max_retries=0, timeout=0.5
         ) as impatient:
-            return await asyncio.gather(*(_abandon(impatient, i) for i in range(ABANDONED)))
+            return await asyncio.gather(*(_abandon(impatient, i, no_end) for i in range(ABANDONED)))
 
     outcomes = asyncio.run(scenario())
     assert outcomes.count("timeout") >= ABANDONED - 2  # (a request may finish within 0.5 s)
