@@ -3,8 +3,9 @@
 Measured side by side in one process on one GPU, for every batch x vocab x dtype x mask density:
 kernel time (the GPU time CUPTI records for every kernel and copy of a call, masks already on
 the device, mean of repeated calls), the host time of one full ``apply`` (pointers, one async
-copy, an event, the launch: what the logits post-processor pays per step), and the kernel time
-as a multiple of the bandwidth floor.
+copy, an event, the launch: what the logits post-processor pays per step) in three forms (one
+tensor with a graph replay, the same as three driver calls, and one tensor per request as the
+engines pass them), and the kernel time as a multiple of the bandwidth floor.
 xgrammar's kernel files are loaded straight from its wheel (``--xgrammar DIR`` = the unpacked
 wheel); its CUDA kernel compiles at load time with nvcc.
 
@@ -134,6 +135,7 @@ def measure_case(
     xgrammar: dict[str, ModuleType | None],
     repeats: int,
     *,
+    calls_applier: CudaBitmaskApplier,
     variants: dict[str, CudaBitmaskApplier],
 ) -> dict[str, float]:
     """Check the kernel against the reference, then time every implementation on the same data."""
@@ -151,7 +153,15 @@ def measure_case(
         "plain_us": gpu_time_us(functools.partial(applier.run_resident, work, stream_ptr, naive=True), repeats),
         "torch_us": gpu_time_us(functools.partial(apply_token_bitmask_cpu, work, masks_gpu), repeats),
         "host_us": host_time_us(functools.partial(applier.apply, work, stream_ptr), repeats),
+        # One [1, 1, vocab] view per request, as TensorRT-LLM and the step scheduler hand them.
+        "host_rows_us": host_time_us(
+            functools.partial(applier.apply, [line.view(1, 1, -1) for line in work], stream_ptr), repeats
+        ),
     }
+    torch.cuda.synchronize()
+    check_equal(work, expected, "graph replays")  # the replays masked with the same masks again
+    calls_applier.host_masks(len(masks)).copy_(masks)
+    row["host_calls_us"] = host_time_us(functools.partial(calls_applier.apply, work, stream_ptr), repeats)
     for label, variant in variants.items():
         check = logits.clone()
         variant.host_masks(len(masks)).copy_(masks)
@@ -179,10 +189,10 @@ def _xgrammar_with_copy(kernel: ModuleType, logits: torch.Tensor, pinned_masks: 
     kernel.apply_token_bitmask_inplace_cuda(logits, pinned_masks.to(logits.device, non_blocking=True))
 
 
-def parse_variant(text: str) -> tuple[str, int, list[str]]:
-    """``label:waves[:DEFINE,...]``, e.g. ``w1:1`` or ``cs:4:LLGT_STREAMING``."""
+def parse_variant(text: str) -> tuple[str, int | None, list[str]]:
+    """``label:waves[:DEFINE,...]``, e.g. ``w1:1`` or ``z:auto:LLGT_ZERO_CHUNKS=1`` (auto: by launch size)."""
     label, waves, *rest = text.split(":")
-    return label, int(waves), [d for d in (rest[0].split(",") if rest else []) if d]
+    return label, None if waves == "auto" else int(waves), [d for d in (rest[0].split(",") if rest else []) if d]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -219,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results: list[dict[str, Any]] = []
     for vocab in arguments.vocabs:
         applier = CudaBitmaskApplier(device, max(arguments.batches), vocab)
+        calls_applier = CudaBitmaskApplier(device, max(arguments.batches), vocab, graphs=False)
         variants = {
             label: CudaBitmaskApplier(device, max(arguments.batches), vocab, waves=waves, defines=defines)
             for label, waves, defines in arguments.variant
@@ -230,7 +241,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                 for kind in arguments.kinds:
                     row: dict[str, Any] = {"vocab": vocab, "dtype": dtype_name, "batch": batch, "kind": kind}
                     masks = make_masks(kind, batch, vocab, generator)
-                    row.update(measure_case(applier, logits, masks, xgrammar, arguments.repeats, variants=variants))
+                    row.update(
+                        measure_case(
+                            applier,
+                            logits,
+                            masks,
+                            xgrammar,
+                            arguments.repeats,
+                            calls_applier=calls_applier,
+                            variants=variants,
+                        )
+                    )
                     row["floor_us"] = floor_us(kind, batch, vocab, DTYPES[dtype_name], bandwidth)
                     achievable = achievable_us(kind, logits, arguments.repeats)
                     if achievable is not None:

@@ -12,6 +12,8 @@ on its own stream objects while the engine hands us a raw ``stream_ptr``:
 - the copy and the kernel are queued on the engine's own stream, so they are ordered after the
   forward pass that wrote the logits and before the sampler that reads them, without a sync;
 - an event after the copy tells the next step when the pinned buffer may be rewritten;
+- the copy, the event and the launch of a step shape (kernel, rows, row addressing) seen before
+  are replayed as one captured CUDA graph: one driver call per step instead of three;
 - the device's primary context (the one torch and TensorRT-LLM use) is made current on the
   calling thread when it is not already.
 """
@@ -32,9 +34,19 @@ THREADS_PER_BLOCK = 256
 _WARPS = THREADS_PER_BLOCK // 32
 _LOGITS_PER_WARP = 1024
 _CU_EVENT_DISABLE_TIMING = 2
+_CU_EVENT_RECORD_EXTERNAL = 1  # an event recorded during capture becomes a node of the graph
+_CU_STREAM_NON_BLOCKING = 1
+_CU_STREAM_CAPTURE_MODE_RELAXED = 2  # capturing here leaves other threads' CUDA calls alone
+_MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
+_MAX_SEEN = 4096  # shapes seen once, remembered to capture them when they come again
 _CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 _BLOCKS_PER_SM = 2048 // THREADS_PER_BLOCK
-_WAVES = 4  # enough blocks to fill every SM this many times over; more just adds block launches
+# Blocks for the chunked kernel: enough to fill every SM this many times over. Up to
+# _ONE_WAVE_MAX_BYTES of logits, one wave: each warp takes several chunks, and a warp whose
+# chunks all allow everything leaves after one load instead of many blocks doing nothing. Larger
+# launches stream: more waves keep more stores in flight.
+_WAVES_LARGE = 4
+_ONE_WAVE_MAX_BYTES = 128 << 20
 _KERNELS = {
     (torch.float32, True): "mask_f32_v4",
     (torch.float32, False): "mask_f32_v1",
@@ -67,6 +79,14 @@ class _Driver:
             "cuMemcpyHtoDAsync_v2": [ctypes.c_uint64, _void_p, ctypes.c_size_t, _void_p],
             "cuEventCreate": [ctypes.POINTER(_void_p), ctypes.c_uint],
             "cuEventRecord": [_void_p, _void_p],
+            "cuEventRecordWithFlags": [_void_p, _void_p, ctypes.c_uint],
+            "cuStreamCreate": [ctypes.POINTER(_void_p), ctypes.c_uint],
+            "cuStreamBeginCapture_v2": [_void_p, ctypes.c_int],
+            "cuStreamEndCapture": [_void_p, ctypes.POINTER(_void_p)],
+            "cuGraphInstantiateWithFlags": [ctypes.POINTER(_void_p), _void_p, ctypes.c_ulonglong],
+            "cuGraphLaunch": [_void_p, _void_p],
+            "cuGraphExecDestroy": [_void_p],
+            "cuGraphDestroy": [_void_p],
             "cuEventSynchronize": [_void_p],
             "cuFuncGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, _void_p],
         }
@@ -94,10 +114,13 @@ class CudaBitmaskApplier:
         max_rows: int,
         vocab_size: int,
         *,
-        waves: int = _WAVES,
+        waves: int | None = None,
         defines: Sequence[str] = (),
+        graphs: bool = True,
     ) -> None:
-        """``waves`` and ``defines`` (``-D`` macros for the kernel source) exist for the benchmark's variants."""
+        """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
+        source) and ``graphs=False`` (three driver calls a step, never a captured graph) exist for
+        the benchmark's comparisons."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -110,7 +133,8 @@ class CudaBitmaskApplier:
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
         sms = pycuda_device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
-        self._target_blocks: int = int(sms) * _BLOCKS_PER_SM * waves
+        self._wave_blocks: int = int(sms) * _BLOCKS_PER_SM
+        self._waves = waves
         self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
         self._last_kernel = ""
         self._last_rows = 0
@@ -124,30 +148,41 @@ class CudaBitmaskApplier:
                 options=["-O3", *(f"-D{define}" for define in defines)],
                 arch=f"sm_{major}{minor}",
             )
-            module = _void_p()
-            self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
-            self._module = module  # kept: its functions live as long as it does
-            self._functions: dict[str, _void_p] = {}
-            for name in [*_KERNELS.values(), *NAIVE_KERNELS.values(), *_FLAT_KERNELS.values()]:
-                function = _void_p()
-                result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode())
-                self._driver.check(result, "cuModuleGetFunction")
-                self._functions[name] = function
+            self._functions = self._load(cubin)
             self._copied = _void_p()
             result = self._driver.lib.cuEventCreate(ctypes.byref(self._copied), _CU_EVENT_DISABLE_TIMING)
             self._driver.check(result, "cuEventCreate")
+            self._capture_stream = _void_p()
+            result = self._driver.lib.cuStreamCreate(ctypes.byref(self._capture_stream), _CU_STREAM_NON_BLOCKING)
+            self._driver.check(result, "cuStreamCreate")
+            self._use_graphs = graphs
+            self._graphs: dict[tuple[str, int, int, int], _void_p] = {}
+            self._seen: set[tuple[str, int, int, int]] = set()
             self._allocate(max_rows)
         finally:
             cuda.Context.pop()
         # The per-step calls, looked up once (each attribute lookup costs host time on the hot path).
         lib = self._driver.lib
         self._get_current, self._memcpy, self._record = lib.cuCtxGetCurrent, lib.cuMemcpyHtoDAsync_v2, lib.cuEventRecord
-        self._launch_kernel = lib.cuLaunchKernel
+        self._launch_kernel, self._launch_graph = lib.cuLaunchKernel, lib.cuGraphLaunch
         self._current_holder = _void_p()
         self._current_ref = ctypes.byref(self._current_holder)
         self._grids: dict[tuple[str, int], int] = {}
         self._primary_threads: set[int] = set()
         self._row_base, self._row_stride = 0, 0  # uniform rows: base + row * stride; stride 0: the array
+
+    def _load(self, cubin: bytes) -> dict[str, _void_p]:
+        """Load the compiled module (kept: its functions live as long as it does); look its kernels up."""
+        module = _void_p()
+        self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
+        self._module = module
+        functions = {}
+        for name in [*_KERNELS.values(), *NAIVE_KERNELS.values(), *_FLAT_KERNELS.values()]:
+            function = _void_p()
+            result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode())
+            self._driver.check(result, "cuModuleGetFunction")
+            functions[name] = function
+        return functions
 
     def registers(self) -> dict[str, int]:
         """Registers per thread of each kernel (they bound how many blocks an SM holds at once)."""
@@ -183,6 +218,7 @@ class CudaBitmaskApplier:
         holders = (self._param_rows, self._param_base, self._param_row_stride, self._param_masks, *self._param_ints)
         self._params = (_void_p * 7)(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
         self._last_tensor = None
+        self._drop_graphs()  # they copy from and point into the old buffers
 
     @contextlib.contextmanager
     def _current(self) -> Iterator[None]:
@@ -235,13 +271,67 @@ class CudaBitmaskApplier:
                 self._queue(name, rows, stream_ptr, naive)
 
     def _queue(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
+        """The step's copy, event and launch: a graph replay when this shape was seen before."""
+        shape = (name, rows, self._row_base, self._row_stride)
+        graph = self._graphs.get(shape)
+        if graph is None and self._use_graphs and shape in self._seen:
+            graph = self._capture(shape, naive)
+        if graph is not None:
+            if self._launch_graph(graph, stream_ptr):
+                raise RuntimeError("cuGraphLaunch failed")
+            return
+        # A shape seen once is remembered, not captured: a caller whose logits move every step
+        # (a new tensor each time) would otherwise pay for a capture every step.
+        if len(self._seen) >= _MAX_SEEN:
+            self._seen.clear()
+        self._seen.add(shape)
+        self._enqueue(name, rows, stream_ptr, naive)
+
+    def _enqueue(self, name: str, rows: int, stream_ptr: int, naive: bool, *, capturing: bool = False) -> None:
         start = self._pointer_bytes - rows * 8  # pointers right before the masks: one copy
         nbytes = self._pointer_bytes + rows * self.words * 4 - start
         if self._memcpy(self._device_address + start, self._host_address + start, nbytes, stream_ptr):
             raise RuntimeError("cuMemcpyHtoDAsync failed")
-        if self._record(self._copied, stream_ptr):
-            raise RuntimeError("cuEventRecord failed")
+        if capturing:
+            result = self._driver.lib.cuEventRecordWithFlags(self._copied, stream_ptr, _CU_EVENT_RECORD_EXTERNAL)
+        else:
+            result = self._record(self._copied, stream_ptr)
+        if result:
+            raise RuntimeError(f"cuEventRecord failed with CUDA driver error {result}")
         self._launch(name, rows, stream_ptr, naive)
+
+    def _capture(self, shape: tuple[str, int, int, int], naive: bool) -> _void_p:
+        """Capture the step for ``shape`` (copy, event, launch with today's parameters) as a graph."""
+        lib, stream = self._driver.lib, self._capture_stream
+        name, rows = shape[0], shape[1]
+        self._driver.check(lib.cuStreamBeginCapture_v2(stream, _CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture")
+        graph = _void_p()
+        try:
+            self._enqueue(name, rows, stream.value or 0, naive, capturing=True)
+        finally:  # end the capture even when a call failed, so the stream stays usable
+            ended = lib.cuStreamEndCapture(stream, ctypes.byref(graph))
+        self._driver.check(ended, "cuStreamEndCapture")
+        executable = _void_p()
+        try:
+            result = lib.cuGraphInstantiateWithFlags(ctypes.byref(executable), graph, 0)
+            self._driver.check(result, "cuGraphInstantiate")
+        finally:
+            lib.cuGraphDestroy(graph)  # the executable graph keeps what it needs
+        if len(self._graphs) >= _MAX_GRAPHS:  # the oldest shape goes (freed once it has run)
+            lib.cuGraphExecDestroy(self._graphs.pop(next(iter(self._graphs))))
+        self._graphs[shape] = executable
+        return executable
+
+    def _drop_graphs(self) -> None:
+        for executable in self._graphs.values():
+            self._driver.lib.cuGraphExecDestroy(executable)
+        self._graphs.clear()
+        self._seen.clear()
+
+    @property
+    def captured_shapes(self) -> int:
+        """How many step shapes are replayed as graphs (for tests and the benchmark)."""
+        return len(self._graphs)
 
     def run_resident(
         self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, naive: bool = False
@@ -269,7 +359,9 @@ class CudaBitmaskApplier:
         if naive:
             return max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
         chunk_blocks = (self.vocab_size + _LOGITS_PER_WARP * _WARPS - 1) // (_LOGITS_PER_WARP * _WARPS)
-        return max(1, min(chunk_blocks, (self._target_blocks + rows - 1) // rows))
+        logits_bytes = rows * self.vocab_size * (4 if "f32" in name else 2)
+        waves = self._waves or (1 if logits_bytes <= _ONE_WAVE_MAX_BYTES else _WAVES_LARGE)
+        return max(1, min(chunk_blocks, (self._wave_blocks * waves + rows - 1) // rows))
 
     def _set_pointers(
         self, logits: Sequence[torch.Tensor] | torch.Tensor, naive: bool, check_only: bool = False
@@ -290,14 +382,17 @@ class CudaBitmaskApplier:
             return "", 0
         if rows > self._max_rows:
             raise ValueError(f"{rows} rows; call host_masks({rows}) first")
-        dtype, aligned = logits[0].dtype, True
+        # The engines hand one tensor per request, so this runs per row on every step: one pass
+        # of cheap checks, then the addresses go into the pinned buffer in one assignment.
+        dtype, vocab = logits[0].dtype, self.vocab_size
         for index, row in enumerate(logits):
-            self._check_row(row, dtype, index)
-            pointer = row.data_ptr()
-            if not check_only:
-                self._pointers[self._max_rows - rows + index] = pointer
-            aligned = aligned and pointer % 16 == 0
-        return self._kernel(dtype, aligned, naive, rows * self.vocab_size * logits[0].element_size()), rows
+            if row.dtype != dtype or row.shape[-1] != vocab or row.stride(-1) != 1 or not row.is_cuda:
+                self._check_row(row, dtype, index)  # raises, naming the row
+        pointers = [row.data_ptr() for row in logits]
+        if not check_only:
+            self._pointers[self._max_rows - rows :] = pointers
+        aligned = not any(pointer & 15 for pointer in pointers)
+        return self._kernel(dtype, aligned, naive, rows * vocab * logits[0].element_size()), rows
 
     def _tensor_pointers(self, logits: torch.Tensor, naive: bool, check_only: bool) -> tuple[str, int]:
         self._check_row(logits, logits.dtype, 0)

@@ -104,6 +104,68 @@ def test_per_request_tensors_on_a_side_stream(appliers: dict[int, object], dtype
     assert all(same_bits(g, e) for g, e in zip(gpu_rows, expected, strict=True))
 
 
+@pytest.mark.parametrize("rows", [6, 32])  # the small-launch kernel and the chunked one
+@pytest.mark.parametrize("form", ["tensor", "per-request rows"])
+def test_repeated_steps_replay_one_captured_graph_with_each_steps_masks_and_rows(form: str, rows: int) -> None:
+    """From the second step of a shape on, the copy, event and launch are one graph replay; each
+    replay must still use that step's masks and, for per-request rows, that step's row addresses."""
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+
+    vocab = 128256
+    applier = CudaBitmaskApplier(torch.device("cuda"), 32, vocab)
+    generator = torch.Generator().manual_seed(rows)
+    stream = torch.cuda.current_stream().cuda_stream
+    fixed = torch.empty((rows, vocab), device="cuda")  # the tensor form reuses one buffer, as an engine would
+    for step in range(5):
+        mask = masks(KINDS[step % len(KINDS)], rows, vocab, generator)
+        logits = torch.randn((rows, vocab), generator=generator)
+        expected = logits.clone()
+        apply_token_bitmask_cpu(expected, mask)
+        gpu = fixed.copy_(logits) if form == "tensor" else logits.cuda()  # new row addresses every step
+        applier.host_masks(rows).copy_(mask)
+        applier.apply(gpu if form == "tensor" else [gpu[i].view(1, 1, vocab) for i in range(rows)], stream)
+        assert same_bits(gpu, expected), f"step {step}"
+    assert applier.captured_shapes == 1
+
+
+def test_a_larger_batch_reallocates_and_drops_the_graphs() -> None:
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+
+    vocab = 32001
+    applier = CudaBitmaskApplier(torch.device("cuda"), 2, vocab)
+    generator = torch.Generator().manual_seed(3)
+    stream = torch.cuda.current_stream().cuda_stream
+    for rows in (2, 2, 2, 7, 7, 7):
+        mask = masks("random", rows, vocab, generator)
+        logits = torch.randn((rows, vocab), generator=generator)
+        expected = logits.clone()
+        apply_token_bitmask_cpu(expected, mask)
+        gpu = logits.cuda()
+        applier.host_masks(rows).copy_(mask)
+        applier.apply([gpu[i] for i in range(rows)], stream)
+        assert same_bits(gpu, expected), f"{rows} rows"
+    assert applier.captured_shapes == 1  # the 7-row shape; the 2-row graph went with the old buffers
+
+
+def test_without_graphs_every_step_is_three_calls() -> None:
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+
+    vocab = 49152
+    applier = CudaBitmaskApplier(torch.device("cuda"), 4, vocab, graphs=False)
+    generator = torch.Generator().manual_seed(4)
+    gpu = torch.empty((4, vocab), device="cuda")
+    for _ in range(3):
+        mask = masks("random", 4, vocab, generator)
+        logits = torch.randn((4, vocab), generator=generator)
+        expected = logits.clone()
+        apply_token_bitmask_cpu(expected, mask)
+        gpu.copy_(logits)
+        applier.host_masks(4).copy_(mask)
+        applier.apply(gpu, torch.cuda.current_stream().cuda_stream)
+        assert same_bits(gpu, expected)
+    assert applier.captured_shapes == 0
+
+
 def test_wrong_rows_are_refused(appliers: dict[int, object]) -> None:
     applier = appliers[49152]
     with pytest.raises(ValueError, match="49152"):
