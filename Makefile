@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint typecheck unit e2e device-carry device-carry-triton clean
+.PHONY: install serve test lint typecheck unit e2e device-carry device-carry-triton device-carry-perf-analyzer clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ device-carry:
 # tritonserver, numpy 1.26 and the proxy's wheels for the GPU machine (bench/gpu_replicas.sh).
 device-carry-triton: $(STAMP)
 	BIN=$(BIN) bash bench/device_carry_triton.sh
+
+# perf_analyzer for the GPU machine (bench/gpu_layers.sh); its wheel needs glibc 2.38, which that machine has.
+device-carry-perf-analyzer: $(STAMP)
+	mkdir -p device_carry/perf_analyzer
+	$(BIN)/pip download --no-deps --only-binary :all: --python-version 3.12 --platform manylinux_2_38_x86_64 \
+		-d device_carry/perf_analyzer perf_analyzer==2.60.0
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

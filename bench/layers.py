@@ -8,12 +8,19 @@ requests, unconstrained and JSON-schema-constrained, go:
 - ``engine``: straight to :class:`GenerationService` in this process (no Triton, no HTTP);
 - ``triton``: through Triton's gRPC streaming API with ``tritonclient.grpc.aio``, as the proxy
   and any Triton client do;
-- ``proxy``: through the OpenAI API with the official ``openai`` SDK, streaming.
+- ``proxy``: through the OpenAI API with the official ``openai`` SDK, streaming;
+- ``perf_analyzer`` (with ``--perf-analyzer BINARY``): Triton's own load generator, streaming
+  over gRPC at the same concurrency, fed the same requests from an input-data file
+  (``bench/perf_analyzer/*.json`` holds the GPU run's; ``--write-perf-analyzer-data DIR`` writes
+  them). Its figures come from its profile export: each request's send and response times.
 
 Reported per layer: time to first token and time between tokens (p50 over requests; a
 request's TBT is its mean gap between first and last token) and output tokens/s.
 
     .venv/bin/python -m bench.layers --concurrency 1 4 8 --requests 8 --max-tokens 24
+    # on the GPU machine (bench/gpu_layers.sh): random weights of a Llama-3.2-1B shape on CUDA
+    python -m bench.layers --random-model device_carry/model --shape llama-3.2-1b --device cuda \
+        --perf-analyzer perf_analyzer --concurrency 1 8 32 64 128 --requests 8 --max-tokens 64
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -41,6 +49,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from backend.service import GenerationService
+from bench.tbt_overhead import random_checkpoint
 from llgtriton import wire
 from llgtriton.settings import EngineSettings
 from proxy.triton_client import TritonGenerationClient
@@ -53,7 +62,14 @@ SCHEMA = {
     "required": ["name", "age", "city"],
     "additionalProperties": False,
 }
-PROMPTS = [f"Describe person number {i} as JSON with a name, an age and a city." for i in range(64)]
+PROMPTS = [f"Describe person number {i} as JSON with a name, an age and a city." for i in range(256)]
+# The GPU run's requests, which bench/perf_analyzer/*.json hold for perf_analyzer.
+SHIPPED_DATA = {"requests": 256, "max_tokens": 64}
+
+
+def requests_at(concurrency: int, minimum: int) -> int:
+    """Requests per layer and kind at ``concurrency``: every client sends at least two."""
+    return max(minimum, 2 * concurrency)
 
 
 @dataclass
@@ -153,6 +169,104 @@ async def via_proxy(client: openai.AsyncOpenAI, model: str, request: wire.Genera
 
 
 Send = Callable[[wire.GenerationRequest, int], Awaitable[Timing]]
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if hasattr(value, "item") else value
+
+
+def perf_analyzer_data(requests: Sequence[wire.GenerationRequest]) -> dict[str, Any]:
+    """perf_analyzer's ``--input-data`` for ``requests``: the tensors the proxy would send, one entry each.
+
+    Inputs a request leaves out are left out of its entry too; they are optional in the model's
+    config, and perf_analyzer sends only what an entry names.
+    """
+    return {
+        "data": [
+            {name: [_json_value(v) for v in array.reshape(-1)] for name, array in wire.encode_request(r).items()}
+            for r in requests
+        ]
+    }
+
+
+def layer_requests(count: int, max_tokens: int, constrained: bool) -> list[wire.GenerationRequest]:
+    return [generation(prompt, max_tokens, constrained) for prompt in PROMPTS[:count]]
+
+
+def write_perf_analyzer_data(folder: Path, count: int, max_tokens: int) -> dict[bool, Path]:
+    """``free.json`` and ``constrained.json`` in ``folder``; returns them by ``constrained``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for constrained in (False, True):
+        path = folder / ("constrained.json" if constrained else "free.json")
+        entries = perf_analyzer_data(layer_requests(count, max_tokens, constrained))["data"]
+        path.write_text('{"data": [\n' + ",\n".join(json.dumps(entry) for entry in entries) + "\n]}\n")
+        paths[constrained] = path
+    return paths
+
+
+def perf_analyzer_figures(export: dict[str, Any]) -> dict[str, float]:
+    """The closed-loop figures from perf_analyzer's profile export (times in ns).
+
+    Every streamed response is one token here (greedy, ASCII output), so responses stand for
+    tokens; a request's TBT is its mean gap between first and last response.
+    """
+    requests = [r for e in export["experiments"] for r in e["requests"] if r.get("response_timestamps")]
+    if not requests:
+        raise RuntimeError("perf_analyzer exported no request with responses")
+    ttfts = [(r["response_timestamps"][0] - r["timestamp"]) / 1e9 for r in requests]
+    tbts = [
+        (r["response_timestamps"][-1] - r["response_timestamps"][0]) / (len(r["response_timestamps"]) - 1) / 1e9
+        for r in requests
+        if len(r["response_timestamps"]) > 1
+    ]
+    first = min(r["timestamp"] for r in requests)
+    last = max(r["response_timestamps"][-1] for r in requests)
+    responses = sum(len(r["response_timestamps"]) for r in requests)
+    return {
+        "ttft_ms_p50": statistics.median(ttfts) * 1e3,
+        "tbt_ms_p50": statistics.median(tbts) * 1e3,
+        "tokens_per_s": responses / ((last - first) / 1e9),
+        "mean_tokens": responses / len(requests),
+        "requests": len(requests),
+    }
+
+
+def run_perf_analyzer(
+    binary: str, data: Path, *, grpc_port: int, concurrency: int, count: int, work: Path
+) -> dict[str, float]:
+    """perf_analyzer streaming over gRPC at ``concurrency``, windows of ``count`` requests."""
+    export = work / f"perf_analyzer_{data.stem}_c{concurrency}.json"
+    command = [
+        binary,
+        "-m",
+        "llm",
+        "-i",
+        "grpc",
+        "-u",
+        f"127.0.0.1:{grpc_port}",
+        "--streaming",
+        "--input-data",
+        str(data),
+        "--concurrency-range",
+        f"{concurrency}:{concurrency}",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        str(count),
+        "--stability-percentage",
+        "100",  # the closed loop's figures come from the export; 3 windows are enough
+        "--profile-export-file",
+        str(export),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=1800)
+    if result.returncode != 0 or not export.exists():
+        raise RuntimeError(
+            f"perf_analyzer failed ({result.returncode}): {result.stdout[-2000:]} {result.stderr[-2000:]}"
+        )
+    return perf_analyzer_figures(json.loads(export.read_text()))
 
 
 async def closed_loop(send: Send, requests: Sequence[wire.GenerationRequest], concurrency: int) -> dict[str, float]:
@@ -267,8 +381,10 @@ def quiet_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-async def run(arguments: argparse.Namespace, proxy_port: int, grpc_port: int) -> dict[str, Any]:
-    service = GenerationService.start(EngineSettings())
+async def run(
+    arguments: argparse.Namespace, settings: EngineSettings, proxy_port: int, grpc_port: int
+) -> dict[str, Any]:
+    service = GenerationService.start(settings)
     triton = TritonGenerationClient(f"127.0.0.1:{grpc_port}", "llm", timeout_s=600)
     proxy = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy_port}/v1", api_key="unused")
     model = (await proxy.models.list()).data[0].id
@@ -277,20 +393,45 @@ async def run(arguments: argparse.Namespace, proxy_port: int, grpc_port: int) ->
         "triton": lambda request, index: via_triton(triton, request, index),
         "proxy": lambda request, index: via_proxy(proxy, model, request, index),
     }
+    data = {}
+    if arguments.perf_analyzer is not None:
+        most = requests_at(max(arguments.concurrency), arguments.requests)
+        data = write_perf_analyzer_data(arguments.out / "perf_analyzer_data", most, arguments.max_tokens)
     results: dict[str, Any] = {}
     try:
         for concurrency in arguments.concurrency:
             for constrained in (False, True):
-                requests = [generation(p, arguments.max_tokens, constrained) for p in PROMPTS[: arguments.requests]]
+                count = requests_at(concurrency, arguments.requests)
+                requests = layer_requests(count, arguments.max_tokens, constrained)
                 key = f"{concurrency}/{'constrained' if constrained else 'free'}"
                 for send in layers.values():  # warm each layer's path once, untimed
                     await send(requests[0], -1)
+                # ... and each engine (this process's, Triton's) at this batch size: the first steps
+                # at a new batch size and length are slow on CUDA, and would count against
+                # whichever layer happened to run first.
+                await closed_loop(layers["engine"], requests[:concurrency], concurrency)
+                await closed_loop(layers["triton"], requests[:concurrency], concurrency)
                 names = list(layers)
                 shift = len(results) % len(names)  # rotate the order, so no layer always runs first
                 results[key] = {
                     name: await closed_loop(layers[name], requests, concurrency)
                     for name in names[shift:] + names[:shift]
                 }
+                if arguments.perf_analyzer is not None:
+                    measure = functools.partial(
+                        run_perf_analyzer,
+                        arguments.perf_analyzer,
+                        data[constrained],
+                        grpc_port=grpc_port,
+                        concurrency=concurrency,
+                        count=count,
+                        work=arguments.out,
+                    )
+                    try:
+                        results[key]["perf_analyzer"] = await asyncio.to_thread(measure)
+                    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the report says so; the rest stands
+                        logger.error("perf_analyzer at %s: %s", key, exc)
+                        results[key]["perf_analyzer"] = {"error": str(exc)}
                 logger.info("%s: %s", key, json.dumps(results[key]))
     finally:
         service.shutdown()
@@ -302,16 +443,50 @@ async def run(arguments: argparse.Namespace, proxy_port: int, grpc_port: int) ->
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
-    parser.add_argument("--requests", type=int, default=8, help="requests per layer, concurrency and kind")
+    parser.add_argument(
+        "--requests", type=int, default=8, help="requests per layer, concurrency and kind (at least 2 per client)"
+    )
     parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--device", default="cpu", help="torch device of the engine (in this process and in Triton)")
+    parser.add_argument("--random-model", type=Path, help="config + tokenizer folder: serve random weights")
+    parser.add_argument("--shape", help="with --random-model: layer sizes of a public model (bench.tbt_overhead)")
+    parser.add_argument("--max-batch-size", type=int, default=128, help="the engine's running sequences")
+    parser.add_argument("--perf-analyzer", help="perf_analyzer binary: add it as a fourth layer")
+    parser.add_argument("--write-perf-analyzer-data", type=Path, metavar="DIR", help="write the input files, exit")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument("--name", default="layers_cpu", help="the report is <out>/<name>.json")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/llgtriton-layers"), help="random checkpoint")
     arguments = parser.parse_args(argv)
     quiet_logging()
+    if arguments.write_perf_analyzer_data is not None:
+        write_perf_analyzer_data(arguments.write_perf_analyzer_data, arguments.requests, arguments.max_tokens)
+        return
     arguments.out.mkdir(parents=True, exist_ok=True)
-    with running_server(arguments.out, "layers") as server:
-        results = asyncio.run(run(arguments, server.proxy_port, server.grpc_port))
-    report = {"machine": "cpu", "max_tokens": arguments.max_tokens, "requests": arguments.requests, "results": results}
-    path = arguments.out / "layers_cpu.json"
+    model = "embedded"
+    if arguments.random_model is not None:
+        model = str(arguments.work / "random-checkpoint")
+        random_checkpoint(arguments.random_model, arguments.shape, Path(model))
+    dtype = "bfloat16" if arguments.device.startswith("cuda") else "float32"
+    settings = EngineSettings(
+        model=model, device=arguments.device, dtype=dtype, max_batch_size=arguments.max_batch_size
+    )
+    engine_flags = [
+        f"--engine-model={model}",
+        f"--engine-device={arguments.device}",
+        f"--engine-dtype={dtype}",
+        f"--engine-max-batch-size={arguments.max_batch_size}",
+    ]
+    with running_server(arguments.out, "layers", *engine_flags) as server:
+        results = asyncio.run(run(arguments, settings, server.proxy_port, server.grpc_port))
+    report = {
+        "machine": arguments.device,
+        "model": f"random weights, shape {arguments.shape}" if arguments.random_model else model,
+        "max_tokens": arguments.max_tokens,
+        "requests": arguments.requests,
+        "date": time.strftime("%Y-%m-%d"),
+        "results": results,
+    }
+    path = arguments.out / f"{arguments.name}.json"
     path.write_text(json.dumps(report, indent=2))
     logger.info("report: %s", path)
 

@@ -54,6 +54,7 @@ from bench.layers import (
     stop_llgtriton,
     wait_until_ready,
 )
+from bench.tbt_overhead import random_checkpoint
 from llgtriton.triton_server import live_children
 
 logger = logging.getLogger("bench.replicas")
@@ -235,20 +236,6 @@ def _gpu_memory_mib() -> list[int] | None:
         return None
     query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
     return [int(line) for line in subprocess.run(query, capture_output=True, text=True, check=True).stdout.split()]
-
-
-def random_checkpoint(source: Path, shape: str | None, target: Path) -> None:
-    """Random weights of ``shape`` with ``source``'s config and tokenizer, saved as a checkpoint."""
-    import torch
-
-    from bench.tbt_overhead import random_model
-
-    model, tokenizer = random_model(source, shape, torch.device("cpu"))
-    model.to(torch.bfloat16).save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    for extra in ("chat_template.jinja", "generation_config.json"):
-        if (source / extra).exists():
-            shutil.copy2(source / extra, target / extra)
 
 
 async def measure(arguments: argparse.Namespace, replicas_: list[Replica]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import statistics
 import threading
 import time
@@ -389,6 +390,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     path = arguments.out / f"tbt_overhead_{arguments.device.replace(':', '')}{threads}.json"
     path.write_text(json.dumps(report, indent=2))
     logger.info("report: %s", path)
+
+
+def random_checkpoint(source: Path, shape: str | None, target: Path) -> None:
+    """Random weights of ``shape`` with ``source``'s config and tokenizer, saved as a checkpoint."""
+    model, tokenizer = random_model(source, shape, torch.device("cpu"))
+    model.to(torch.bfloat16).save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    for extra in ("chat_template.jinja", "generation_config.json"):
+        if (source / extra).exists():
+            shutil.copy2(source / extra, target / extra)
 
 
 if __name__ == "__main__":
