@@ -190,7 +190,7 @@ def _xgrammar_with_copy(kernel: ModuleType, logits: torch.Tensor, pinned_masks: 
 
 
 def parse_variant(text: str) -> tuple[str, int | None, list[str]]:
-    """``label:waves[:DEFINE,...]``, e.g. ``w1:1`` or ``z:auto:LLGT_ZERO_CHUNKS=1`` (auto: by launch size)."""
+    """``label:waves[:DEFINE,...]``, e.g. ``w1:1`` or ``ncs:auto:LLGT_STREAM_STORES=0`` (auto: by launch size)."""
     label, waves, *rest = text.split(":")
     return label, None if waves == "auto" else int(waves), [d for d in (rest[0].split(",") if rest else []) if d]
 

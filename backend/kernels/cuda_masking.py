@@ -383,19 +383,17 @@ class CudaBitmaskApplier:
         if rows > self._max_rows:
             raise ValueError(f"{rows} rows; call host_masks({rows}) first")
         # The engines hand one tensor per request, so this runs per row on every step: one pass
-        # of cheap checks, then the addresses go into the pinned buffer in one assignment.
-        dtype, vocab = logits[0].dtype, self.vocab_size
-        for index, row in enumerate(logits):
-            if row.dtype != dtype or row.shape[-1] != vocab or row.stride(-1) != 1 or not row.is_cuda:
-                self._check_row(row, dtype, index)  # raises, naming the row
+        # of checks, then the addresses go into the pinned buffer in one assignment.
+        dtype = logits[0].dtype
+        self._check_rows(logits, dtype)
         pointers = [row.data_ptr() for row in logits]
         if not check_only:
             self._pointers[self._max_rows - rows :] = pointers
         aligned = not any(pointer & 15 for pointer in pointers)
-        return self._kernel(dtype, aligned, naive, rows * vocab * logits[0].element_size()), rows
+        return self._kernel(dtype, aligned, naive, rows * self.vocab_size * logits[0].element_size()), rows
 
     def _tensor_pointers(self, logits: torch.Tensor, naive: bool, check_only: bool) -> tuple[str, int]:
-        self._check_row(logits, logits.dtype, 0)
+        self._check_rows((logits,), logits.dtype)
         # Row addresses from the strides: [batch, beams, vocab_padded][..., :vocab] views need no copy.
         offsets = np.zeros(1, dtype=np.int64)
         for size, stride in zip(logits.shape[:-1], logits.stride()[:-1], strict=True):
@@ -417,11 +415,12 @@ class CudaBitmaskApplier:
             self._row_base, self._row_stride = 0, 0
         return self._kernel(logits.dtype, aligned, naive, rows * self.vocab_size * item), rows
 
-    def _check_row(self, row: torch.Tensor, dtype: torch.dtype, index: int) -> None:
-        if row.dtype != dtype or row.shape[-1] != self.vocab_size or row.stride(-1) != 1 or not row.is_cuda:
-            raise ValueError(
-                f"logits row {index} must be a CUDA tensor [..., {self.vocab_size}] of {dtype} with unit stride"
-            )
+    def _check_rows(self, rows: Sequence[torch.Tensor], dtype: torch.dtype) -> None:
+        """Refuse, naming it, a row the kernel would mask wrongly or write past (one loop, no call per row)."""
+        vocab = self.vocab_size
+        for index, row in enumerate(rows):
+            if row.dtype != dtype or row.shape[-1] != vocab or row.stride(-1) != 1 or not row.is_cuda:
+                raise ValueError(f"logits row {index} must be a CUDA tensor [..., {vocab}] of {dtype} with unit stride")
 
     @staticmethod
     def _kernel(dtype: torch.dtype, aligned: bool, naive: bool, logits_bytes: int) -> str:
