@@ -375,6 +375,34 @@ def running_server(out: Path, name: str, *extra: str) -> Iterator[Server]:
     log.unlink()
 
 
+def served_model(model: str, random_model: Path | None, shape: str | None, work: Path) -> str:
+    """``model``, or a checkpoint of random weights of ``shape`` saved under ``work`` (GPU runs)."""
+    if random_model is None:
+        return model
+    checkpoint = work / "random-checkpoint"
+    random_checkpoint(random_model, shape, checkpoint)
+    return str(checkpoint)
+
+
+def engine_settings(model: str, device: str, max_batch_size: int, engine: str = "torch") -> EngineSettings:
+    """The engine a benchmark serves: bf16 on CUDA, fp32 on CPU."""
+    dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    return EngineSettings.model_validate(
+        {"engine": engine, "model": model, "device": device, "dtype": dtype, "max_batch_size": max_batch_size}
+    )
+
+
+def engine_flags(settings: EngineSettings) -> list[str]:
+    """The ``llgtriton serve`` / ``triton`` flags that give Triton's engine ``settings``."""
+    return [
+        f"--engine-engine={settings.engine}",
+        f"--engine-model={settings.model}",
+        f"--engine-device={settings.device}",
+        f"--engine-dtype={settings.dtype}",
+        f"--engine-max-batch-size={settings.max_batch_size}",
+    ]
+
+
 def quiet_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("httpx", "httpx2"):
@@ -404,11 +432,10 @@ async def run(
                 count = requests_at(concurrency, arguments.requests)
                 requests = layer_requests(count, arguments.max_tokens, constrained)
                 key = f"{concurrency}/{'constrained' if constrained else 'free'}"
-                for send in layers.values():  # warm each layer's path once, untimed
-                    await send(requests[0], -1)
-                # ... and each engine (this process's, Triton's) at this batch size: the first steps
-                # at a new batch size and length are slow on CUDA, and would count against
-                # whichever layer happened to run first.
+                # Untimed: the proxy's path once, and each engine (this process's, Triton's) for a
+                # round at this batch size. The first steps at a new batch size and length are slow
+                # on CUDA, and would count against whichever layer happened to run first.
+                await layers["proxy"](requests[0], -1)
                 await closed_loop(layers["engine"], requests[:concurrency], concurrency)
                 await closed_loop(layers["triton"], requests[:concurrency], concurrency)
                 names = list(layers)
@@ -462,21 +489,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         write_perf_analyzer_data(arguments.write_perf_analyzer_data, arguments.requests, arguments.max_tokens)
         return
     arguments.out.mkdir(parents=True, exist_ok=True)
-    model = "embedded"
-    if arguments.random_model is not None:
-        model = str(arguments.work / "random-checkpoint")
-        random_checkpoint(arguments.random_model, arguments.shape, Path(model))
-    dtype = "bfloat16" if arguments.device.startswith("cuda") else "float32"
-    settings = EngineSettings(
-        model=model, device=arguments.device, dtype=dtype, max_batch_size=arguments.max_batch_size
-    )
-    engine_flags = [
-        f"--engine-model={model}",
-        f"--engine-device={arguments.device}",
-        f"--engine-dtype={dtype}",
-        f"--engine-max-batch-size={arguments.max_batch_size}",
-    ]
-    with running_server(arguments.out, "layers", *engine_flags) as server:
+    model = served_model("embedded", arguments.random_model, arguments.shape, arguments.work)
+    settings = engine_settings(model, arguments.device, arguments.max_batch_size)
+    with running_server(arguments.out, "layers", *engine_flags(settings)) as server:
         results = asyncio.run(run(arguments, settings, server.proxy_port, server.grpc_port))
     report = {
         "machine": arguments.device,

@@ -49,12 +49,14 @@ from bench.layers import (
     ROOT,
     SCHEMA,
     _free_port,
+    engine_flags,
+    engine_settings,
     quiet_logging,
+    served_model,
     start_llgtriton,
     stop_llgtriton,
     wait_until_ready,
 )
-from bench.tbt_overhead import random_checkpoint
 from llgtriton.triton_server import live_children
 
 logger = logging.getLogger("bench.replicas")
@@ -89,7 +91,7 @@ class Replica:
 
 
 @contextlib.contextmanager
-def replicas(gpus: Sequence[str], engine_flags: Sequence[str], out: Path, work: Path) -> Iterator[list[Replica]]:
+def replicas(gpus: Sequence[str], flags: Sequence[str], out: Path, work: Path) -> Iterator[list[Replica]]:
     started: list[Replica] = []
     try:
         for index, gpu in enumerate(gpus):
@@ -101,7 +103,7 @@ def replicas(gpus: Sequence[str], engine_flags: Sequence[str], out: Path, work: 
                 f"--triton-http-port={http_port}",
                 f"--triton-metrics-port={metrics_port}",
                 f"--engine-cache-dir={work / f'cache{index}'}",
-                *engine_flags,
+                *flags,
             ]
             process = start_llgtriton(argv, out / f"triton{index}.log", env)
             started.append(Replica(gpu, grpc_port, http_port, metrics_port, process))
@@ -287,20 +289,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     quiet_logging()
     arguments.out.mkdir(parents=True, exist_ok=True)
 
-    model = arguments.model
-    if arguments.random_model is not None:
-        model = str(arguments.work / "random-checkpoint")
-        random_checkpoint(arguments.random_model, arguments.shape, Path(model))
-    dtype = "bfloat16" if arguments.device.startswith("cuda") else "float32"
-    engine_flags = [
-        f"--engine-engine={arguments.engine}",
-        f"--engine-model={model}",
-        f"--engine-device={arguments.device}",
-        f"--engine-dtype={dtype}",
-        f"--engine-max-batch-size={arguments.max_batch_size}",
-    ]
+    model = served_model(arguments.model, arguments.random_model, arguments.shape, arguments.work)
+    flags = engine_flags(engine_settings(model, arguments.device, arguments.max_batch_size, arguments.engine))
     arguments.model_name = "llm-replicas"
-    with replicas(arguments.gpus, engine_flags, arguments.out, arguments.work) as started:
+    with replicas(arguments.gpus, flags, arguments.out, arguments.work) as started:
         gpu_memory = _gpu_memory_mib()
         results = asyncio.run(measure(arguments, started))
     results["gpu_memory_used_mib_with_replicas_loaded"] = gpu_memory
