@@ -14,6 +14,7 @@ from backend.errors import InvalidRequest
 from backend.masking import bitmask_applier
 from backend.model_loader import load_model
 from backend.requests import EngineRequest, ResponseSink, SamplingParams
+from backend.response_pump import ResponsePump
 from backend.scheduler import Scheduler
 from backend.synthetic import SyntheticService
 from backend.telemetry import StepCounters
@@ -72,7 +73,9 @@ class GenerationService:
         *,
         vocab_size: int,
         max_model_len: int,
+        pump: ResponsePump | None = None,
     ) -> None:
+        self._pump = pump
         self._vocab_size = vocab_size
         self._tokenizer = tokenizer
         self._max_model_len = max_model_len
@@ -115,6 +118,7 @@ class GenerationService:
             scheduler,
             vocab_size=engine.vocab_size,
             max_model_len=loaded.max_model_len,
+            pump=response_pump(settings),
         )
 
     @property
@@ -182,10 +186,25 @@ class GenerationService:
 
     def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
         """Validate and enqueue; raises a :class:`BackendError` for a request that cannot be served."""
-        self._scheduler.submit(self.prepare(request, request_id), sink)
+        prepared = self.prepare(request, request_id)
+        if self._pump is None:
+            self._scheduler.submit(prepared, sink)
+            return
+        pumped = self._pump.wrap(sink)
+        try:
+            self._scheduler.submit(prepared, pumped)
+        except Exception:
+            pumped.discard()
+            raise
 
     def shutdown(self) -> None:
         self._scheduler.shutdown()
+        if self._pump is not None:
+            self._pump.close()
+
+
+def response_pump(settings: EngineSettings) -> ResponsePump | None:
+    return ResponsePump() if settings.coalesce_responses else None
 
 
 def start_service(settings: EngineSettings) -> GenerationService | SyntheticService:
@@ -198,7 +217,12 @@ def start_service(settings: EngineSettings) -> GenerationService | SyntheticServ
         model, runner = start_runner(settings)
         chat_template = ChatTemplate(model.tokenizer, settings.chat_template)
         service = GenerationService(
-            model.tokenizer, chat_template, runner, vocab_size=model.vocab_size, max_model_len=model.max_model_len
+            model.tokenizer,
+            chat_template,
+            runner,
+            vocab_size=model.vocab_size,
+            max_model_len=model.max_model_len,
+            pump=response_pump(settings),
         )
         logger.info("ready: %s on TensorRT-LLM (%s), context %d tokens", model.name, model.kind, model.max_model_len)
         return service

@@ -384,11 +384,20 @@ def served_model(model: str, random_model: Path | None, shape: str | None, work:
     return str(checkpoint)
 
 
-def engine_settings(model: str, device: str, max_batch_size: int, engine: str = "torch") -> EngineSettings:
+def engine_settings(
+    model: str, device: str, max_batch_size: int, engine: str = "torch", *, coalesce_responses: bool = True
+) -> EngineSettings:
     """The engine a benchmark serves: bf16 on CUDA, fp32 on CPU."""
     dtype = "bfloat16" if device.startswith("cuda") else "float32"
     return EngineSettings.model_validate(
-        {"engine": engine, "model": model, "device": device, "dtype": dtype, "max_batch_size": max_batch_size}
+        {
+            "engine": engine,
+            "model": model,
+            "device": device,
+            "dtype": dtype,
+            "max_batch_size": max_batch_size,
+            "coalesce_responses": coalesce_responses,
+        }
     )
 
 
@@ -400,6 +409,7 @@ def engine_flags(settings: EngineSettings) -> list[str]:
         f"--engine-device={settings.device}",
         f"--engine-dtype={settings.dtype}",
         f"--engine-max-batch-size={settings.max_batch_size}",
+        "--engine-coalesce-responses" if settings.coalesce_responses else "--no-engine-coalesce-responses",
     ]
 
 
@@ -412,7 +422,8 @@ def quiet_logging() -> None:
 async def run(
     arguments: argparse.Namespace, settings: EngineSettings, proxy_port: int, grpc_port: int
 ) -> dict[str, Any]:
-    service = GenerationService.start(settings)
+    # The engine layer's sinks cost nothing to call: no response thread for it, in either mode.
+    service = GenerationService.start(settings.model_copy(update={"coalesce_responses": False}))
     triton = TritonGenerationClient(f"127.0.0.1:{grpc_port}", "llm", timeout_s=600)
     proxy = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy_port}/v1", api_key="unused")
     model = (await proxy.models.list()).data[0].id
@@ -479,6 +490,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--shape", help="with --random-model: layer sizes of a public model (bench.tbt_overhead)")
     parser.add_argument("--max-batch-size", type=int, default=128, help="the engine's running sequences")
     parser.add_argument("--perf-analyzer", help="perf_analyzer binary: add it as a fourth layer")
+    parser.add_argument(
+        "--no-coalesce-responses",
+        dest="coalesce_responses",
+        action="store_false",
+        help="one response per token, sent by the engine's thread (the engine's --no-engine-coalesce-responses)",
+    )
     parser.add_argument("--write-perf-analyzer-data", type=Path, metavar="DIR", help="write the input files, exit")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="layers_cpu", help="the report is <out>/<name>.json")
@@ -490,7 +507,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     arguments.out.mkdir(parents=True, exist_ok=True)
     model = served_model("embedded", arguments.random_model, arguments.shape, arguments.work)
-    settings = engine_settings(model, arguments.device, arguments.max_batch_size)
+    settings = engine_settings(
+        model, arguments.device, arguments.max_batch_size, coalesce_responses=arguments.coalesce_responses
+    )
     with running_server(arguments.out, "layers", *engine_flags(settings)) as server:
         results = asyncio.run(run(arguments, settings, server.proxy_port, server.grpc_port))
     report = {
@@ -498,6 +517,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "model": f"random weights, shape {arguments.shape}" if arguments.random_model else model,
         "max_tokens": arguments.max_tokens,
         "requests": arguments.requests,
+        "coalesce_responses": arguments.coalesce_responses,
         "date": time.strftime("%Y-%m-%d"),
         "results": results,
     }

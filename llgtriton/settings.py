@@ -133,6 +133,12 @@ class EngineSettings(_Section):
         None, ge=16, description="Context length: prompt plus completion tokens (default: the model's)."
     )
     num_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's).")
+    coalesce_responses: bool = Field(
+        True,
+        description="Send responses from a thread of their own, a request's pending tokens joined into one "
+        "response when that thread falls behind (Triton's python backend sends a few thousand responses a "
+        "second). Off: one response per token, sent by the engine's thread.",
+    )
 
 
 class Settings(_Section):

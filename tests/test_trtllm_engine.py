@@ -147,10 +147,12 @@ def test_a_logit_bias_reaches_the_engine(service: GenerationService) -> None:
     assert sink.text == " banana" * 3
 
 
-def test_a_cancelled_request_stops_and_ends_with_an_empty_final_response(service: GenerationService) -> None:
+def test_a_cancelled_request_stops_and_ends_with_a_final_response_without_a_reason(service: GenerationService) -> None:
     sink = run(service, RecordingSink(cancel_after=2), prompt="Hello", max_tokens=500, stream=True)
     assert sink.error is None
-    assert sink.outputs[-1].text == ""
+    # (The final response may carry the last tokens' text: the service's response thread joins what
+    # is still queued when the request ends.)
+    assert sink.outputs[-1].finish_reason is None
     assert sink.outputs[-1].completion_tokens < 100
     assert service.load() == (0, 0)
 
