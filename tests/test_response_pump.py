@@ -158,10 +158,10 @@ def test_requests_that_ended_or_were_refused_are_no_longer_checked(pump: Respons
     pump.wrap(ended).send(token("a", 1, FinishReason.STOP), final=True)
     pump.wrap(refused).discard()
     ended.wait_for(responses=1)
-    time.sleep(0.05)
     checks = ended.checks, refused.checks
-    time.sleep(0.1)
-    assert (ended.checks, refused.checks) == checks
+    time.sleep(0.3)  # an open request is checked every 10 ms here: about 30 times
+    # (At most one check may have been under way when the request ended or was discarded.)
+    assert ended.checks - checks[0] <= 1 and refused.checks - checks[1] <= 1
 
 
 def test_close_sends_what_is_queued() -> None:
