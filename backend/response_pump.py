@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from backend.output_stream import deliver, deliver_failure
+from backend.output_stream import deliver, deliver_failure, is_cancelled
 from backend.requests import ResponseSink
 from llgtriton.wire import GenerationOutput
 
@@ -55,6 +55,7 @@ class _Outbox:
     """One request's queued responses and what the pump knows of it."""
 
     sink: ResponseSink
+    request_id: str
     outputs: list[GenerationOutput] = field(default_factory=list)
     final: bool = False  # the last queued output ends the request
     error: Exception | None = None  # queued failure: ends the request after the outputs
@@ -99,8 +100,8 @@ class ResponsePump:
         self._thread = threading.Thread(target=self._run, name="llgtriton-responses", daemon=True)
         self._thread.start()
 
-    def wrap(self, sink: ResponseSink) -> PumpedSink:
-        outbox = _Outbox(sink)
+    def wrap(self, sink: ResponseSink, request_id: str) -> PumpedSink:
+        outbox = _Outbox(sink, request_id)
         with self._changed:
             self._open[outbox] = None
             self._changed.notify()  # its first cancellation check is due now
@@ -177,9 +178,5 @@ class ResponsePump:
     @staticmethod
     def _check(due: list[_Outbox]) -> None:
         for outbox in due:
-            try:
-                outbox.cancelled = outbox.cancelled or outbox.sink.is_cancelled()
-            except Exception:  # a sink that cannot tell counts as cancelled
-                logger.exception("cancellation check failed")
-                outbox.cancelled = True
+            outbox.cancelled = outbox.cancelled or is_cancelled(outbox.sink, outbox.request_id)
             outbox.checked = time.monotonic()

@@ -190,7 +190,7 @@ class GenerationService:
         if self._pump is None:
             self._scheduler.submit(prepared, sink)
             return
-        pumped = self._pump.wrap(sink)
+        pumped = self._pump.wrap(sink, request_id)
         try:
             self._scheduler.submit(prepared, pumped)
         except Exception:

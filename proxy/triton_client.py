@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -54,10 +54,10 @@ def _rpc_error(error: grpc.aio.AioRpcError) -> ProxyError:
     return error_type(details)
 
 
-_KIND_ERRORS: dict[wire.ErrorKind, type[ProxyError]] = {
+_KIND_ERRORS: dict[wire.ErrorKind, Callable[[str], ProxyError]] = {
     wire.ErrorKind.INVALID_ARGUMENT: InvalidRequestError,
     wire.ErrorKind.UNSUPPORTED: InvalidRequestError,
-    wire.ErrorKind.UNAVAILABLE: ServiceUnavailableError,
+    wire.ErrorKind.UNAVAILABLE: lambda text: ServiceUnavailableError(f"unavailable, retry later: {text}"),
     wire.ErrorKind.INTERNAL: InternalError,
 }
 
@@ -66,8 +66,6 @@ def _stream_error(error: InferenceServerException) -> ProxyError:
     """An error response in the stream: our backend's carries its kind (see wire.ErrorKind), Triton's do not."""
     message = error.message() if isinstance(error, InferenceServerException) else str(error)
     kind, text = wire.parse_error_message(message or "")
-    if kind is wire.ErrorKind.UNAVAILABLE:
-        return ServiceUnavailableError(f"unavailable, retry later: {text}")
     if kind is not None:
         return _KIND_ERRORS[kind](text)
     if "is not healthy" in message:  # the model's stub died: the server restarts it (llgtriton serve)

@@ -66,7 +66,7 @@ def pump() -> Iterator[ResponsePump]:
 
 def test_when_sending_keeps_up_every_output_is_its_own_response(pump: ResponsePump) -> None:
     sink = GatedSink()
-    pumped = pump.wrap(sink)
+    pumped = pump.wrap(sink, "request")
     outputs = [token("a", 1), token("b", 2), token("c", 3, FinishReason.LENGTH)]
     for index, output in enumerate(outputs):
         pumped.send(output, final=index == 2)
@@ -76,7 +76,7 @@ def test_when_sending_keeps_up_every_output_is_its_own_response(pump: ResponsePu
 
 def test_outputs_queued_while_a_send_is_slow_leave_as_one_response(pump: ResponsePump) -> None:
     sink = GatedSink(open_gate=False)
-    pumped = pump.wrap(sink)
+    pumped = pump.wrap(sink, "request")
     pumped.send(token("He", 1), final=False)
     assert sink.sending.wait(WAIT_S)  # the pump is stuck in this send: what follows queues
     for count, text in enumerate(["llo", ",", " wor"], start=2):
@@ -89,7 +89,7 @@ def test_outputs_queued_while_a_send_is_slow_leave_as_one_response(pump: Respons
 
 def test_the_engine_thread_does_not_wait_for_a_slow_send(pump: ResponsePump) -> None:
     sink = GatedSink(open_gate=False)
-    pumped = pump.wrap(sink)
+    pumped = pump.wrap(sink, "request")
     started = time.monotonic()
     for count in range(1, 101):
         pumped.send(token("x", count), final=count == 100)
@@ -117,7 +117,7 @@ def test_joined_responses_carry_every_token_logprob() -> None:
 
 def test_a_failure_follows_the_outputs_queued_before_it(pump: ResponsePump) -> None:
     sink = GatedSink(open_gate=False)
-    pumped = pump.wrap(sink)
+    pumped = pump.wrap(sink, "request")
     pumped.send(token("a", 1), final=False)
     assert sink.sending.wait(WAIT_S)
     pumped.send(token("b", 2), final=False)
@@ -131,7 +131,7 @@ def test_a_failure_follows_the_outputs_queued_before_it(pump: ResponsePump) -> N
 
 def test_nothing_is_sent_after_the_final_response(pump: ResponsePump) -> None:
     sink = GatedSink()
-    pumped = pump.wrap(sink)
+    pumped = pump.wrap(sink, "request")
     pumped.send(token("a", 1, FinishReason.STOP), final=True)
     pumped.send(token("b", 2), final=False)
     pumped.fail(RuntimeError("late"))
@@ -143,7 +143,7 @@ def test_nothing_is_sent_after_the_final_response(pump: ResponsePump) -> None:
 
 def test_a_cancellation_is_seen_within_the_check_interval(pump: ResponsePump) -> None:
     sink = GatedSink()
-    pumped = pump.wrap(sink)
+    pumped = pump.wrap(sink, "request")
     time.sleep(0.05)
     assert not pumped.is_cancelled()
     sink.cancelled = True
@@ -155,8 +155,8 @@ def test_a_cancellation_is_seen_within_the_check_interval(pump: ResponsePump) ->
 
 def test_requests_that_ended_or_were_refused_are_no_longer_checked(pump: ResponsePump) -> None:
     ended, refused = GatedSink(), GatedSink()
-    pump.wrap(ended).send(token("a", 1, FinishReason.STOP), final=True)
-    pump.wrap(refused).discard()
+    pump.wrap(ended, "request").send(token("a", 1, FinishReason.STOP), final=True)
+    pump.wrap(refused, "request").discard()
     ended.wait_for(responses=1)
     checks = ended.checks, refused.checks
     time.sleep(0.3)  # an open request is checked every 10 ms here: about 30 times
@@ -167,7 +167,7 @@ def test_requests_that_ended_or_were_refused_are_no_longer_checked(pump: Respons
 def test_close_sends_what_is_queued() -> None:
     pump = ResponsePump()
     sink = GatedSink(open_gate=False)
-    pumped = pump.wrap(sink)
+    pumped = pump.wrap(sink, "request")
     pumped.send(token("a", 1), final=False)
     pumped.send(token("b", 2, FinishReason.LENGTH), final=True)
     sink.gate.set()
@@ -189,7 +189,7 @@ def test_each_request_gets_its_own_text_in_order_and_one_final(sends: list[tuple
 
     pump = ResponsePump()
     sinks = [SlowSink() for _ in range(3)]
-    pumped = [pump.wrap(sink) for sink in sinks]
+    pumped = [pump.wrap(sink, f"request-{index}") for index, sink in enumerate(sinks)]
     sent: list[list[str]] = [[], [], []]
     for request, text in sends:
         sent[request].append(text)
