@@ -7,15 +7,18 @@ import math
 from typing import Any, Protocol
 
 import torch
+from transformers import PreTrainedModel
 
 from backend.chat_template import ChatTemplate
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.engine import Engine
 from backend.errors import InvalidRequest
 from backend.masking import bitmask_applier
 from backend.model_loader import load_model
 from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.response_pump import ResponsePump
 from backend.scheduler import Scheduler
+from backend.slot_engine import SlotEngine, cache_bytes, supports
 from backend.synthetic import SyntheticService
 from backend.telemetry import StepCounters
 from backend.torch_engine import TorchEngine
@@ -86,7 +89,7 @@ class GenerationService:
     def start(cls, settings: EngineSettings) -> GenerationService:
         loaded = load_model(settings)
         chat_template = ChatTemplate(loaded.tokenizer, settings.chat_template)
-        engine = TorchEngine(loaded.model, torch.device(settings.device))
+        engine = torch_engine(settings, loaded.model, loaded.max_model_len)
         processor = GuidanceLogitsProcessor.for_tokenizer(
             loaded.tokenizer,
             engine.vocab_size,
@@ -201,6 +204,28 @@ class GenerationService:
         self._scheduler.shutdown()
         if self._pump is not None:
             self._pump.close()
+
+
+def torch_engine(settings: EngineSettings, model: PreTrainedModel, context: int) -> Engine:
+    """The engine ``settings.kv_cache`` asks for; ``auto`` explains in the log why it chose what it did."""
+    device = torch.device(settings.device)
+    slots = settings.max_batch_size
+    if settings.kv_cache == "slots":
+        return SlotEngine(model, device, slots=slots, context=context)
+    if settings.kv_cache == "auto" and device.type == "cuda":
+        reason = supports(model)
+        need = cache_bytes(model, slots, context)
+        free = torch.cuda.mem_get_info(device)[0]
+        if reason is None and need > 0.9 * free:
+            reason = (
+                f"its {need / 2**30:.1f} GiB ({slots} slots x {context} tokens) exceed 90% of the "
+                f"{free / 2**30:.1f} GiB free; lower --engine-max-batch-size or --engine-max-model-len"
+            )
+        if reason is None:
+            logger.info("KV cache: %d slots x %d tokens (%.2f GiB), CUDA graphs", slots, context, need / 2**30)
+            return SlotEngine(model, device, slots=slots, context=context)
+        logger.warning("KV cache: growing, not preallocated slots: %s", reason)
+    return TorchEngine(model, device)
 
 
 def response_pump(settings: EngineSettings) -> ResponsePump | None:

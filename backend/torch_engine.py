@@ -15,7 +15,7 @@ departure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ _DEAD = -1  # the seq id of a released row that is still in the batch cache
 _Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
 
-def _layers(cache: DynamicCache) -> _Layers:
+def cache_layers(cache: DynamicCache) -> _Layers:
     layers: list[Any] = list(cache.layers)
     return [(layer.keys, layer.values) for layer in layers]
 
@@ -56,6 +56,43 @@ def _left_pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([mask.new_zeros((mask.shape[0], width - mask.shape[1])), mask], dim=1)
 
 
+def prefill_in_batches(
+    seq_ids: Sequence[int],
+    prompts: Sequence[Sequence[int]],
+    prefill_batch: Callable[[list[int], list[Sequence[int]]], torch.Tensor],
+) -> torch.Tensor:
+    """Prompts shortest first, in batches of at most ``PREFILL_TOKEN_BUDGET`` padded tokens; logits in order."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    logits: list[torch.Tensor | None] = [None] * len(prompts)
+    start = 0
+    while start < len(order):
+        end = start + 1  # the longest prompt so far is the last one: padded tokens = count * its length
+        while end < len(order) and (end + 1 - start) * len(prompts[order[end]]) <= PREFILL_TOKEN_BUDGET:
+            end += 1
+        chosen = order[start:end]
+        rows = prefill_batch([seq_ids[i] for i in chosen], [prompts[i] for i in chosen])
+        for i, row in zip(chosen, rows, strict=True):
+            logits[i] = row
+        start = end
+    return torch.stack([row for row in logits if row is not None])
+
+
+def forward_left_padded(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], device: torch.device
+) -> tuple[Any, torch.Tensor]:
+    """One forward pass over left-padded prompts: the model's output (last position) and the ``[rows, width]`` mask."""
+    width = max(len(prompt) for prompt in prompts)
+    ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+        mask[row, width - len(prompt) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    return out, mask
+
+
 @dataclass
 class _Group:
     """Rows of one cache: the decode batch, or prefilled prompts waiting to join it."""
@@ -73,7 +110,7 @@ class _Group:
         trim = int((mask.cumsum(dim=1) == 0).sum(dim=1).min()) if keep else 0
         layers = [
             (keys.index_select(0, index)[:, :, trim:], values.index_select(0, index)[:, :, trim:])
-            for keys, values in _layers(self.cache)
+            for keys, values in cache_layers(self.cache)
         ]
         return _Group([self.rows[row] for row in keep], _cache_from(layers), mask[:, trim:])
 
@@ -87,7 +124,7 @@ def _concatenate(groups: Sequence[_Group]) -> _Group:
     padded = [
         [
             (_left_pad(keys, width - group.mask.shape[1]), _left_pad(values, width - group.mask.shape[1]))
-            for keys, values in _layers(group.cache)
+            for keys, values in cache_layers(group.cache)
         ]
         for group in groups
     ]
@@ -130,30 +167,10 @@ class TorchEngine:
     @torch.inference_mode()
     def prefill(self, seq_ids: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor:
         """Prefill every prompt; ``[len(seq_ids), vocab]`` next-token logits in the order given."""
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        logits: list[torch.Tensor | None] = [None] * len(prompts)
-        start = 0
-        while start < len(order):
-            end = start + 1  # the longest prompt so far is the last one: padded tokens = count * its length
-            while end < len(order) and (end + 1 - start) * len(prompts[order[end]]) <= PREFILL_TOKEN_BUDGET:
-                end += 1
-            chosen = order[start:end]
-            rows = self._prefill_batch([seq_ids[i] for i in chosen], [prompts[i] for i in chosen])
-            for i, row in zip(chosen, rows, strict=True):
-                logits[i] = row
-            start = end
-        return torch.stack([row for row in logits if row is not None])
+        return prefill_in_batches(seq_ids, prompts, self._prefill_batch)
 
     def _prefill_batch(self, seq_ids: list[int], prompts: list[Sequence[int]]) -> torch.Tensor:
-        width = max(len(prompt) for prompt in prompts)
-        ids = torch.zeros((len(prompts), width), dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
-            mask[row, width - len(prompt) :] = 1
-        ids, mask = ids.to(self._device), mask.to(self._device)
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-        out = self._model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        out, mask = forward_left_padded(self._model, prompts, self._device)
         self._joining.append(_Group(list(seq_ids), out.past_key_values, mask))
         for seq, prompt in zip(seq_ids, prompts, strict=True):
             self._lengths[seq] = len(prompt)

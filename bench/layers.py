@@ -385,7 +385,14 @@ def served_model(model: str, random_model: Path | None, shape: str | None, work:
 
 
 def engine_settings(
-    model: str, device: str, max_batch_size: int, engine: str = "torch", *, coalesce_responses: bool = True
+    model: str,
+    device: str,
+    max_batch_size: int,
+    engine: str = "torch",
+    *,
+    coalesce_responses: bool = True,
+    kv_cache: str = "auto",
+    max_model_len: int | None = None,
 ) -> EngineSettings:
     """The engine a benchmark serves: bf16 on CUDA, fp32 on CPU."""
     dtype = "bfloat16" if device.startswith("cuda") else "float32"
@@ -397,6 +404,8 @@ def engine_settings(
             "dtype": dtype,
             "max_batch_size": max_batch_size,
             "coalesce_responses": coalesce_responses,
+            "kv_cache": kv_cache,
+            "max_model_len": max_model_len,
         }
     )
 
@@ -410,6 +419,8 @@ def engine_flags(settings: EngineSettings) -> list[str]:
         f"--engine-dtype={settings.dtype}",
         f"--engine-max-batch-size={settings.max_batch_size}",
         "--engine-coalesce-responses" if settings.coalesce_responses else "--no-engine-coalesce-responses",
+        f"--engine-kv-cache={settings.kv_cache}",
+        *([f"--engine-max-model-len={settings.max_model_len}"] if settings.max_model_len else []),
     ]
 
 
@@ -496,6 +507,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_false",
         help="one response per token, sent by the engine's thread (the engine's --no-engine-coalesce-responses)",
     )
+    parser.add_argument("--kv-cache", choices=["auto", "slots", "growing"], default="auto", help="the engine's")
+    parser.add_argument(
+        "--max-model-len", type=int, default=2048, help="the engine's context (sizes a preallocated KV cache)"
+    )
     parser.add_argument("--write-perf-analyzer-data", type=Path, metavar="DIR", help="write the input files, exit")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="layers_cpu", help="the report is <out>/<name>.json")
@@ -508,7 +523,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     arguments.out.mkdir(parents=True, exist_ok=True)
     model = served_model("embedded", arguments.random_model, arguments.shape, arguments.work)
     settings = engine_settings(
-        model, arguments.device, arguments.max_batch_size, coalesce_responses=arguments.coalesce_responses
+        model,
+        arguments.device,
+        arguments.max_batch_size,
+        coalesce_responses=arguments.coalesce_responses,
+        kv_cache=arguments.kv_cache,
+        max_model_len=arguments.max_model_len,
     )
     with running_server(arguments.out, "layers", *engine_flags(settings)) as server:
         results = asyncio.run(run(arguments, settings, server.proxy_port, server.grpc_port))
@@ -518,6 +538,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "max_tokens": arguments.max_tokens,
         "requests": arguments.requests,
         "coalesce_responses": arguments.coalesce_responses,
+        "kv_cache": arguments.kv_cache,
+        "max_model_len": arguments.max_model_len,
         "date": time.strftime("%Y-%m-%d"),
         "results": results,
     }

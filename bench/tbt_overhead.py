@@ -31,11 +31,12 @@ import torch
 
 from backend.chat_template import ChatTemplate
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.engine import Engine
 from backend.masking import bitmask_applier
 from backend.model_loader import load_model
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
-from backend.torch_engine import TorchEngine
+from backend.service import torch_engine
 from bench.jsonschemabench import DEFAULT_DATA, load_schemas
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
 from llgtriton.settings import EngineSettings
@@ -88,7 +89,7 @@ class PhaseTimer:
         ("scheduler", "_release"),
     )
 
-    def __init__(self, scheduler: Scheduler, engine: TorchEngine) -> None:
+    def __init__(self, scheduler: Scheduler, engine: Engine) -> None:
         self.totals: dict[str, float] = {}
         self.side = "warmup"
         owners = {"scheduler": scheduler, "engine": engine}
@@ -286,6 +287,8 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--name", help="the report is <out>/<name>.json (default: from the device)")
+    parser.add_argument("--kv-cache", choices=["auto", "slots", "growing"], default="auto", help="the engine's")
     parser.add_argument("--mask-threads", type=int, default=None, help="llguidance's thread pool (default: its own)")
     parser.add_argument("--random-model", type=Path, help="config + tokenizer folder: random weights, no checkpoint")
     parser.add_argument("--shape", choices=sorted(SHAPES), help="with --random-model: override the layer sizes")
@@ -299,7 +302,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     arguments = parse_arguments(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    settings = EngineSettings(device=arguments.device, max_batch_size=max(arguments.batches))
+    settings = EngineSettings(
+        device=arguments.device, max_batch_size=max(arguments.batches), kv_cache=arguments.kv_cache
+    )
     device = torch.device(arguments.device)
     if arguments.random_model is not None:
         model, tokenizer = random_model(arguments.random_model, arguments.shape, device)
@@ -313,7 +318,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             loaded.eos_token_ids,
             loaded.max_model_len,
         )
-    engine = TorchEngine(model, device)
+    engine = torch_engine(settings, model, max_model_len)
+    logger.info("engine: %s", type(engine).__name__)
     processor = TimedProcessor.for_tokenizer(
         tokenizer,
         engine.vocab_size,
@@ -369,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "model": f"random weights, shape {arguments.shape}" if arguments.random_model else "SmolLM2-135M-Instruct",
         "max_tokens": arguments.max_tokens,
         "mask_threads": arguments.mask_threads,
+        "engine": type(engine).__name__,
         "batches": {},
     }
     for batch in arguments.batches:
@@ -387,7 +394,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     scheduler.shutdown()
     arguments.out.mkdir(parents=True, exist_ok=True)
     threads = f"_threads{arguments.mask_threads}" if arguments.mask_threads else ""
-    path = arguments.out / f"tbt_overhead_{arguments.device.replace(':', '')}{threads}.json"
+    default_name = f"tbt_overhead_{arguments.device.replace(':', '')}{threads}"
+    path = arguments.out / f"{arguments.name or default_name}.json"
     path.write_text(json.dumps(report, indent=2))
     logger.info("report: %s", path)
 

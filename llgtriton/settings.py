@@ -133,6 +133,13 @@ class EngineSettings(_Section):
         None, ge=16, description="Context length: prompt plus completion tokens (default: the model's)."
     )
     num_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's).")
+    kv_cache: Literal["auto", "slots", "growing"] = Field(
+        "auto",
+        description="torch engine: 'slots' preallocates max_batch_size x context tokens of KV cache and "
+        "replays decode steps as CUDA graphs (Llama-family models); 'growing' keeps a batch cache that grows "
+        "by a column per step (any model, least memory); 'auto': slots on CUDA when the model allows and the "
+        "cache fits in 90% of free GPU memory, else growing.",
+    )
     coalesce_responses: bool = Field(
         True,
         description="Send responses from a thread of their own, a request's pending tokens joined into one "

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 import torch
 
+from backend.engine import Engine
 from backend.errors import InvalidRequest, Unavailable
 from backend.requests import EngineRequest, LogitsPostProcessor, SamplingParams
 from backend.scheduler import Scheduler
+from backend.slot_engine import SlotEngine
 from backend.torch_engine import TorchEngine
 from llgtriton.wire import FinishReason, GenerationOutput
 
@@ -47,9 +49,14 @@ class RecordingSink:
         return "".join(o.text for o in self.outputs)
 
 
-@pytest.fixture
-def scheduler(loaded_model: Any) -> Iterator[Scheduler]:
-    engine = TorchEngine(loaded_model.model, torch.device("cpu"))
+@pytest.fixture(params=["growing", "slots"])
+def scheduler(loaded_model: Any, request: pytest.FixtureRequest) -> Iterator[Scheduler]:
+    cpu = torch.device("cpu")
+    engine: Engine = (
+        SlotEngine(loaded_model.model, cpu, slots=2, context=512)
+        if request.param == "slots"
+        else TorchEngine(loaded_model.model, cpu)
+    )
     running = Scheduler(engine, loaded_model.tokenizer, loaded_model.eos_token_ids, max_batch_size=2, max_model_len=512)
     running.start()
     yield running

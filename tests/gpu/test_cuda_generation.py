@@ -36,13 +36,14 @@ PERSON = {
 }
 
 
-@pytest.fixture(scope="module")
-def setup() -> Any:
+@pytest.fixture(scope="module", params=["slots", "growing"])
+def setup(request: pytest.FixtureRequest) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from backend.constraints import GrammarCache, GuidanceLogitsProcessor
     from backend.masking import bitmask_applier
     from backend.scheduler import Scheduler
+    from backend.slot_engine import SlotEngine
     from backend.torch_engine import TorchEngine
 
     folder = Path(os.environ["LLGTRITON_GPU_MODEL_DIR"])
@@ -51,7 +52,7 @@ def setup() -> Any:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to("cuda").eval()  # type: ignore[no-untyped-call]
     tokenizer: Any = AutoTokenizer.from_pretrained(folder)
     device = torch.device("cuda")
-    engine = TorchEngine(model, device)
+    engine = SlotEngine(model, device, slots=8, context=512) if request.param == "slots" else TorchEngine(model, device)
     eos = frozenset({int(tokenizer.eos_token_id)})
     processor = GuidanceLogitsProcessor.for_tokenizer(
         tokenizer, engine.vocab_size, eos, 8, applier=bitmask_applier(device, engine.vocab_size, 8)
