@@ -25,6 +25,13 @@ class Engine(Protocol):
     def stream_ptr(self) -> int: ...
 
     @property
+    def decode_is_queued(self) -> bool:
+        """True when ``decode`` returns once the forward pass is queued on the GPU (a graph replay), so
+        host work done right after it overlaps the forward pass; False when it returns after doing
+        most of the pass's host work (eager launches, or on CPU the pass itself)."""
+        ...
+
+    @property
     def device(self) -> torch.device: ...
 
     def prefill(self, seq_ids: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor: ...

@@ -3,8 +3,10 @@
 Each step: drop cancelled requests, decode every running sequence in one batched forward pass,
 prefill the requests admitted since the last step together, run each request's logits post-processor
 (TensorRT-LLM's signature) on its logits row, sample, then detokenize, check stop conditions
-and send responses. The constrained requests' next masks are then computed on a worker thread
-while the next forward pass runs. The loop runs on its own thread; ``submit`` only enqueues.
+and send responses. The constrained requests' masks are computed on a worker thread while a
+forward pass runs: started right after the decode is queued when the engine replays it as a CUDA
+graph, else at the end of the step, during the next pass's launches. The loop runs on its own
+thread; ``submit`` only enqueues.
 
 A constrained request whose grammar is not in the cache yet is compiled on a small thread pool
 (llguidance releases the GIL) and joins the queue when it is ready: a burst of new schemas
@@ -207,6 +209,8 @@ class Scheduler:
         if decoding:
             logits = self._engine.decode([s.seq_id for s in decoding], [s.generated[-1] for s in decoding])
             rows.extend(zip(decoding, logits, strict=True))
+            if self._engine.decode_is_queued:
+                self._compute_masks_ahead()  # the worker runs while the GPU runs the forward pass just queued
         joined = [seq for seq in map(self._admit, admitted) if seq is not None]
         if joined:  # every prompt admitted this step, in as few forward passes as the engine can
             logits = self._engine.prefill([seq.seq_id for seq in joined], [seq.request.prompt_ids for seq in joined])
@@ -216,12 +220,19 @@ class Scheduler:
         masking_seconds = time.perf_counter() - masking_started if constrained else 0.0
         for seq, token in self._sample(rows):
             self._advance(seq, token)
-        self._compute_masks_ahead()
+        if not self._engine.decode_is_queued:
+            self._compute_masks_ahead()  # the worker runs while the next forward pass is launched
         if rows:
             self.counters.add_step(len(rows), constrained, masking_seconds)
 
     def _compute_masks_ahead(self) -> None:
-        """Start the next step's masks now, so they are computed during the next forward pass."""
+        """Start the next masks on the worker: consume each request's newest token, compute its mask.
+
+        With an engine whose decode only queues a graph replay, this is called right after it, so
+        the worker runs while the GPU computes and the loop thread only waits; otherwise at the
+        end of the step, so the worker runs while the next forward pass is launched (or, on CPU,
+        computed: torch releases the GIL).
+        """
         if self._guidance is None:
             return
         processor = self._guidance[0]

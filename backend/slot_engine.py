@@ -139,6 +139,10 @@ class SlotEngine:
         return 0
 
     @property
+    def decode_is_queued(self) -> bool:
+        return self._use_graphs
+
+    @property
     def rows(self) -> int:
         """Slots held by sequences (for tests and metrics)."""
         return len(self._slot_of)

@@ -160,6 +160,10 @@ class TorchEngine:
         return 0
 
     @property
+    def decode_is_queued(self) -> bool:
+        return False  # a few hundred launches from Python: the host work is most of the step
+
+    @property
     def rows(self) -> int:
         """Rows in the decode batch cache, dead ones included (for tests and metrics)."""
         return 0 if self._batch is None else len(self._batch.rows)
