@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any, Protocol
 
 import torch
@@ -211,7 +212,7 @@ def torch_engine(settings: EngineSettings, model: PreTrainedModel, context: int)
     device = torch.device(settings.device)
     slots = settings.max_batch_size
     if settings.kv_cache == "slots":
-        return SlotEngine(model, device, slots=slots, context=context)
+        return _with_graphs(SlotEngine(model, device, slots=slots, context=context))
     if settings.kv_cache == "auto" and device.type == "cuda":
         reason = supports(model)
         need = cache_bytes(model, slots, context)
@@ -223,9 +224,18 @@ def torch_engine(settings: EngineSettings, model: PreTrainedModel, context: int)
             )
         if reason is None:
             logger.info("KV cache: %d slots x %d tokens (%.2f GiB), CUDA graphs", slots, context, need / 2**30)
-            return SlotEngine(model, device, slots=slots, context=context)
+            return _with_graphs(SlotEngine(model, device, slots=slots, context=context))
         logger.warning("KV cache: growing, not preallocated slots: %s", reason)
     return TorchEngine(model, device)
+
+
+def _with_graphs(engine: SlotEngine) -> SlotEngine:
+    """Capture every decode shape before serving, so that no request's step waits for a capture."""
+    started = time.perf_counter()
+    captured = engine.capture_all()
+    if captured:
+        logger.info("captured %d decode graphs in %.1f s", captured, time.perf_counter() - started)
+    return engine
 
 
 def response_pump(settings: EngineSettings) -> ResponsePump | None:

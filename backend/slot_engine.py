@@ -182,8 +182,7 @@ class SlotEngine:
         longest = max(self._length[seq] for seq in seq_ids)
         if longest >= self._context:
             raise ValueError(f"a sequence reached the context length ({self._context} tokens)")
-        rows = min(_power_of_two_at_least(max(slots) + 1), self._slots)
-        width = min(WIDTH_STEP * _power_of_two_at_least(-(-(longest + 1) // WIDTH_STEP)), self._context)
+        rows, width = self._rows_for(max(slots)), self._width_for(longest)
         if self._staged is not None:
             self._staged.synchronize()  # the last step's copy has left the staging buffer
         staging = self._staging_array
@@ -199,6 +198,31 @@ class SlotEngine:
             self._staged.record()
         logits = self._run(rows, width)
         return logits.index_select(0, self._inputs[2, : len(slots)])  # no host sync: the step stays queued
+
+    @torch.inference_mode()
+    def capture_all(self) -> int:
+        """Capture every decode shape now, so that no step waits for a capture; returns how many.
+
+        Call it before any sequence holds a slot: the captures write into the spare column only.
+        """
+        if not self._use_graphs:
+            return 0
+        if self._slot_of:
+            raise RuntimeError("capture_all must run before sequences hold slots")
+        self._inputs[0].zero_()
+        self._inputs[1].fill_(self._context)
+        rows = {self._rows_for(highest_slot) for highest_slot in range(self._slots)}
+        widths = {self._width_for(longest) for longest in range(self._context)}
+        for shape in sorted({(r, w) for r in rows for w in widths} - set(self._graphs)):
+            self._capture(*shape)
+        return len(self._graphs)
+
+    def _rows_for(self, highest_slot: int) -> int:
+        return min(_power_of_two_at_least(highest_slot + 1), self._slots)
+
+    def _width_for(self, longest: int) -> int:
+        """Columns a step attends over when its longest sequence holds ``longest`` tokens (plus the new one)."""
+        return min(WIDTH_STEP * _power_of_two_at_least(-(-(longest + 1) // WIDTH_STEP)), self._context)
 
     def release(self, seq_id: int) -> None:
         slot = self._slot_of.pop(seq_id, None)

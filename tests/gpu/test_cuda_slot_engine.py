@@ -65,3 +65,16 @@ def test_graph_replays_match_the_eager_step_and_the_growing_cache(model: Any) ->
     for got, want, reference in zip(replayed, eager, growing, strict=True):
         assert torch.equal(got, want)
         assert (got - reference).abs().max().item() < 1e-3
+
+
+def test_every_shape_captured_up_front_serves_without_new_captures(model: Any) -> None:
+    from backend.slot_engine import SlotEngine
+
+    prompts = [[1, 2, 3, 4], list(range(10, 40)), [5] * 120]
+    engine = SlotEngine(model, CUDA, slots=8, context=512)
+    assert engine.capture_all() == 4 * 3  # rows 1, 2, 4, 8 x widths 128, 256, 512
+    replayed = run(engine, prompts, steps=12, leave_after=5)
+    assert engine.graphs == 12
+    eager = run(SlotEngine(model, CUDA, slots=8, context=512, cuda_graphs=False), prompts, steps=12, leave_after=5)
+    for got, want in zip(replayed, eager, strict=True):
+        assert torch.equal(got, want)
