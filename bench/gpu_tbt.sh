@@ -9,4 +9,4 @@ mkdir -p "$OUT"
 source bench/gpu_setup.sh
 DATA=device_carry/jsonschemabench  # shared/ does not travel; make device-carry copies the schemas
 "$PY" -m bench.tbt_overhead --device cuda --random-model device_carry/model --shape llama-3.2-1b \
-    --data "$DATA" --batches 1 8 32 64 128 --rounds 2 --out "$OUT" "$@"
+    --data "$DATA" --batches 1 8 32 64 128 --rounds 6 --out "$OUT" "$@"

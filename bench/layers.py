@@ -273,17 +273,24 @@ async def closed_loop(send: Send, requests: Sequence[wire.GenerationRequest], co
     """``concurrency`` clients share the requests; the figures over all of them."""
     queue = list(enumerate(requests))
     timings: list[Timing] = []
+    failures: list[str] = []
 
     async def client() -> None:
         while queue:
             index, request = queue.pop(0)
-            timings.append(await send(request, index))
+            try:
+                timings.append(await send(request, index))
+            except Exception as exc:  # counted and reported, never retried behind the figures' back
+                failures.append(repr(exc))
 
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
     tbts = [t for t in (timing.tbt() for timing in timings) if t is not None]
+    if failures:
+        logger.warning("%d of %d requests failed, first: %s", len(failures), len(requests), failures[0])
     return {
+        "failed": len(failures),
         "ttft_ms_p50": statistics.median(t.arrivals[0] for t in timings if t.arrivals) * 1e3,
         "tbt_ms_p50": statistics.median(tbts) * 1e3,
         "tokens_per_s": sum(t.tokens for t in timings) / elapsed,
@@ -436,7 +443,7 @@ async def run(
     # The engine layer's sinks cost nothing to call: no response thread for it, in either mode.
     service = GenerationService.start(settings.model_copy(update={"coalesce_responses": False}))
     triton = TritonGenerationClient(f"127.0.0.1:{grpc_port}", "llm", timeout_s=600)
-    proxy = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy_port}/v1", api_key="unused")
+    proxy = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy_port}/v1", api_key="unused", max_retries=0)
     model = (await proxy.models.list()).data[0].id
     layers: dict[str, Send] = {
         "engine": lambda request, index: via_engine(service, request, index),
