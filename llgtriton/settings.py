@@ -138,7 +138,7 @@ class EngineSettings(_Section):
         description="torch engine: 'slots' preallocates max_batch_size x context tokens of KV cache and "
         "replays decode steps as CUDA graphs (Llama-family models); 'growing' keeps a batch cache that grows "
         "by a column per step (any model, least memory); 'auto': slots on CUDA when the model allows and the "
-        "cache fits in 90% of free GPU memory, else growing.",
+        "cache fits in nine tenths of the free GPU memory, else growing.",
     )
     coalesce_responses: bool = Field(
         True,
