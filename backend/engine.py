@@ -39,3 +39,10 @@ class Engine(Protocol):
     def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> torch.Tensor: ...
 
     def release(self, seq_id: int) -> None: ...
+
+
+def current_stream_ptr(device: torch.device) -> int:
+    """The handle of the stream torch queues work on for ``device`` (0 on CPU): the hooks' ``stream_ptr``."""
+    if device.type == "cuda":
+        return int(torch.cuda.current_stream(device).cuda_stream)
+    return 0

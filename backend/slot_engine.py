@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from backend.engine import current_stream_ptr
 from backend.torch_engine import cache_layers, forward_left_padded, prefill_in_batches
 
 logger = logging.getLogger(__name__)
@@ -134,9 +135,7 @@ class SlotEngine:
 
     @property
     def stream_ptr(self) -> int:
-        if self._device.type == "cuda":
-            return int(torch.cuda.current_stream(self._device).cuda_stream)
-        return 0
+        return current_stream_ptr(self._device)
 
     @property
     def decode_is_queued(self) -> bool:

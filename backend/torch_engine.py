@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from backend.engine import current_stream_ptr
+
 # Padded prompt tokens per prefill forward pass: bounds the activation memory of a burst of arrivals.
 PREFILL_TOKEN_BUDGET = 8192
 _DEAD = -1  # the seq id of a released row that is still in the batch cache
@@ -155,9 +157,7 @@ class TorchEngine:
 
     @property
     def stream_ptr(self) -> int:
-        if self._device.type == "cuda":
-            return int(torch.cuda.current_stream(self._device).cuda_stream)
-        return 0
+        return current_stream_ptr(self._device)
 
     @property
     def decode_is_queued(self) -> bool:
