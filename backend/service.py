@@ -214,19 +214,27 @@ def torch_engine(settings: EngineSettings, model: PreTrainedModel, context: int)
     if settings.kv_cache == "slots":
         return _with_graphs(SlotEngine(model, device, slots=slots, context=context))
     if settings.kv_cache == "auto" and device.type == "cuda":
-        reason = supports(model)
-        need = cache_bytes(model, slots, context)
-        free = torch.cuda.mem_get_info(device)[0]
-        if reason is None and need > 0.9 * free:
-            reason = (
-                f"its {need / 2**30:.1f} GiB ({slots} slots x {context} tokens) exceed 90% of the "
-                f"{free / 2**30:.1f} GiB free; lower --engine-max-batch-size or --engine-max-model-len"
-            )
+        reason = supports(model) or _slots_do_not_fit(model, device, slots, context)
         if reason is None:
-            logger.info("KV cache: %d slots x %d tokens (%.2f GiB), CUDA graphs", slots, context, need / 2**30)
             return _with_graphs(SlotEngine(model, device, slots=slots, context=context))
         logger.warning("KV cache: growing, not preallocated slots: %s", reason)
     return TorchEngine(model, device)
+
+
+def _slots_do_not_fit(model: PreTrainedModel, device: torch.device, slots: int, context: int) -> str | None:
+    """Why the slot cache would not fit in nine tenths of the free GPU memory, or None (logged) if it does.
+
+    Only asked of a model the slot engine supports: ``cache_bytes`` reads Llama's config fields.
+    """
+    need = cache_bytes(model, slots, context)
+    free = torch.cuda.mem_get_info(device)[0]
+    if need > 0.9 * free:
+        return (
+            f"its {need / 2**30:.1f} GiB ({slots} slots x {context} tokens) exceed 90% of the "
+            f"{free / 2**30:.1f} GiB free; lower --engine-max-batch-size or --engine-max-model-len"
+        )
+    logger.info("KV cache: %d slots x %d tokens (%.2f GiB), CUDA graphs", slots, context, need / 2**30)
+    return None
 
 
 def _with_graphs(engine: SlotEngine) -> SlotEngine:

@@ -157,12 +157,12 @@ class SlotEngine:
         if len(self._free) < len(seq_ids):
             free = len(self._free)
             raise RuntimeError(f"{len(seq_ids)} sequences joined but only {free} of {self._slots} slots are free")
+        for prompt in prompts:  # checked before any batch takes a slot
+            if len(prompt) >= self._context:
+                raise ValueError(f"a prompt of {len(prompt)} tokens leaves no room in a context of {self._context}")
         return prefill_in_batches(seq_ids, prompts, self._prefill_batch)
 
     def _prefill_batch(self, seq_ids: list[int], prompts: list[Sequence[int]]) -> torch.Tensor:
-        for prompt in prompts:
-            if len(prompt) >= self._context:
-                raise ValueError(f"a prompt of {len(prompt)} tokens leaves no room in a context of {self._context}")
         out, mask = forward_left_padded(self._model, prompts, self._device)
         layers = cache_layers(out.past_key_values)
         width = mask.shape[1]

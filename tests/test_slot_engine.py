@@ -85,6 +85,18 @@ def test_models_it_cannot_run_are_named() -> None:
         SlotEngine(gpt2, CPU, slots=1, context=8)
 
 
+def test_auto_on_cuda_falls_back_to_the_growing_cache_for_other_models(caplog: pytest.LogCaptureFixture) -> None:
+    from backend.service import torch_engine
+    from backend.torch_engine import TorchEngine
+    from llgtriton.settings import EngineSettings
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8))
+    # Decided before any CUDA call (and before reading Llama-only config fields), so it runs without a GPU.
+    engine = torch_engine(EngineSettings(device="cuda"), gpt2, 8)
+    assert isinstance(engine, TorchEngine)
+    assert "growing, not preallocated slots: model type 'gpt2'" in caplog.text
+
+
 def test_cache_size_is_slots_times_context(loaded_model: Any) -> None:
     config = loaded_model.model.config  # SmolLM2-135M: 30 layers, 3 KV heads of 64, fp32 here
     per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * 64 * 4
