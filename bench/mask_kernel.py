@@ -22,6 +22,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import torch
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from backend.kernels.cuda_masking import CudaBitmaskApplier
+from backend.kernels.cuda_masking import FLAT_MAX_BYTES, CudaBitmaskApplier
 from backend.masking import apply_token_bitmask_cpu
 
 logger = logging.getLogger("bench.mask_kernel")
@@ -189,10 +190,23 @@ def _xgrammar_with_copy(kernel: ModuleType, logits: torch.Tensor, pinned_masks: 
     kernel.apply_token_bitmask_inplace_cuda(logits, pinned_masks.to(logits.device, non_blocking=True))
 
 
-def parse_variant(text: str) -> tuple[str, int | None, list[str]]:
-    """``label:waves[:DEFINE,...]``, e.g. ``w1:1`` or ``ncs:auto:LLGT_STREAM_STORES=0`` (auto: by launch size)."""
+@dataclass(frozen=True)
+class Variant:
+    """Our kernel built or launched another way, timed beside the default."""
+
+    label: str
+    waves: float | None  # None: by launch size, as the default; 0.5: half as many blocks as one wave
+    defines: tuple[str, ...]
+    flat_max_bytes: int = FLAT_MAX_BYTES
+
+
+def parse_variant(text: str) -> Variant:
+    """``label:waves[:DEFINE,...[:FLAT_MIB]]``, e.g. ``w1:1``, ``ncs:auto:LLGT_STREAM_STORES=0`` or
+    ``flat24:auto::24`` (auto: waves by launch size; FLAT_MIB: the largest one-vector-per-thread launch)."""
     label, waves, *rest = text.split(":")
-    return label, None if waves == "auto" else int(waves), [d for d in (rest[0].split(",") if rest else []) if d]
+    defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
+    flat = int(rest[1]) << 20 if len(rest) > 1 else FLAT_MAX_BYTES
+    return Variant(label, None if waves == "auto" else float(waves), defines, flat)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -210,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="append",
         default=[],
         type=parse_variant,
-        help="also time a variant of our kernel: label:waves[:DEFINE,...] (repeatable)",
+        help="also time a variant of our kernel: label:waves[:DEFINE,...[:FLAT_MIB]] (repeatable)",
     )
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -231,8 +245,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         applier = CudaBitmaskApplier(device, max(arguments.batches), vocab)
         calls_applier = CudaBitmaskApplier(device, max(arguments.batches), vocab, graphs=False)
         variants = {
-            label: CudaBitmaskApplier(device, max(arguments.batches), vocab, waves=waves, defines=defines)
-            for label, waves, defines in arguments.variant
+            variant.label: CudaBitmaskApplier(
+                device,
+                max(arguments.batches),
+                vocab,
+                waves=variant.waves,
+                defines=variant.defines,
+                flat_max_bytes=variant.flat_max_bytes,
+            )
+            for variant in arguments.variant
         }
         logger.info("registers per thread: %s", applier.registers())
         for dtype_name in arguments.dtypes:

@@ -114,13 +114,15 @@ class CudaBitmaskApplier:
         max_rows: int,
         vocab_size: int,
         *,
-        waves: int | None = None,
+        waves: float | None = None,
         defines: Sequence[str] = (),
         graphs: bool = True,
+        flat_max_bytes: int = FLAT_MAX_BYTES,
     ) -> None:
         """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
-        source) and ``graphs=False`` (three driver calls a step, never a captured graph) exist for
-        the benchmark's comparisons."""
+        source), ``graphs=False`` (three driver calls a step, never a captured graph) and
+        ``flat_max_bytes`` (the largest launch of one vector per thread) exist for the
+        benchmark's comparisons."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -135,6 +137,7 @@ class CudaBitmaskApplier:
         sms = pycuda_device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
         self._wave_blocks: int = int(sms) * _BLOCKS_PER_SM
         self._waves = waves
+        self._flat_max_bytes = flat_max_bytes
         self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
         self._last_kernel = ""
         self._last_rows = 0
@@ -361,7 +364,7 @@ class CudaBitmaskApplier:
         chunk_blocks = (self.vocab_size + _LOGITS_PER_WARP * _WARPS - 1) // (_LOGITS_PER_WARP * _WARPS)
         logits_bytes = rows * self.vocab_size * (4 if "f32" in name else 2)
         waves = self._waves or (1 if logits_bytes <= _ONE_WAVE_MAX_BYTES else _WAVES_LARGE)
-        return max(1, min(chunk_blocks, (self._wave_blocks * waves + rows - 1) // rows))
+        return max(1, min(chunk_blocks, (int(self._wave_blocks * waves) + rows - 1) // rows))
 
     def _set_pointers(
         self, logits: Sequence[torch.Tensor] | torch.Tensor, naive: bool, check_only: bool = False
@@ -422,11 +425,10 @@ class CudaBitmaskApplier:
             if row.dtype != dtype or row.shape[-1] != vocab or row.stride(-1) != 1 or not row.is_cuda:
                 raise ValueError(f"logits row {index} must be a CUDA tensor [..., {vocab}] of {dtype} with unit stride")
 
-    @staticmethod
-    def _kernel(dtype: torch.dtype, aligned: bool, naive: bool, logits_bytes: int) -> str:
+    def _kernel(self, dtype: torch.dtype, aligned: bool, naive: bool, logits_bytes: int) -> str:
         name = NAIVE_KERNELS.get(dtype) if naive else _KERNELS.get((dtype, aligned))
         if name is None:
             raise ValueError(f"no mask kernel for {dtype}")
-        if not naive and logits_bytes <= FLAT_MAX_BYTES:
+        if not naive and logits_bytes <= self._flat_max_bytes:
             name = _FLAT_KERNELS.get(name, name)
         return name

@@ -27,7 +27,10 @@
 //                      loads in flight);
 //   LLGT_MIN_BLOCKS:   blocks of 256 threads an SM must hold at once (__launch_bounds__);
 //   LLGT_STREAM_STORES: 1 marks stores of logits evict-first (st.global.cs): each is written once;
-//   LLGT_CHUNKS_PER_PASS: chunks whose mask words a warp loads at once.
+//   LLGT_CHUNKS_PER_PASS: chunks whose mask words a warp loads at once;
+//   LLGT_FLAT_MASK_FIRST: 1 makes a small launch's thread load its mask word first and its logits
+//                      only when the word's bits are mixed (two latencies in a row for mixed
+//                      vectors, no read for vectors that allow all or nothing).
 #ifndef LLGT_PHASE_PIECES
 #define LLGT_PHASE_PIECES 4
 #endif
@@ -39,6 +42,9 @@
 #endif
 #ifndef LLGT_STREAM_STORES
 #define LLGT_STREAM_STORES 1
+#endif
+#ifndef LLGT_FLAT_MASK_FIRST
+#define LLGT_FLAT_MASK_FIRST 0
 #endif
 #if LLGT_STREAM_STORES
 #define LLGT_STORE_VEC(p, v) __stcs((p), (v))
@@ -191,15 +197,22 @@ __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, 
     T* __restrict__ logits = row_of(rows, base, row_stride);
     const bool full = first + VEC <= vocab;
     uint4 values = make_uint4(0u, 0u, 0u, 0u);
+#if !LLGT_FLAT_MASK_FIRST
     if (full) {
         values = *reinterpret_cast<const uint4*>(logits + first);
     }
+#endif
     const int w = first >> 5;
     const uint32_t word = w < mask_words ? __ldg(masks + static_cast<size_t>(blockIdx.y) * mask_stride + w) : 0u;
     const uint32_t bits = (word >> (first & 31)) & ALL;
     if (bits == ALL) {
         return;
     }
+#if LLGT_FLAT_MASK_FIRST
+    if (full && bits != 0u) {
+        values = *reinterpret_cast<const uint4*>(logits + first);
+    }
+#endif
     if (full) {
         uint4 out;
         out.x = select_word<T>(values.x, bits);
