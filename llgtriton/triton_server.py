@@ -7,6 +7,7 @@ with the stub built for the running interpreter, and a copy of the model reposit
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -160,6 +161,16 @@ def live_children(parent: int, name: str) -> list[int]:
     return children
 
 
+def _kill_group(leader: int) -> None:
+    """SIGKILL the process group that tritonserver leads: the server, and stubs that outlived it.
+
+    A stub whose tritonserver was killed keeps running (holding its memory, a GPU's included), and
+    it stays in the server's group after the server has exited.
+    """
+    with contextlib.suppress(ProcessLookupError):  # nothing of it left
+        os.killpg(leader, signal.SIGKILL)
+
+
 class TritonProcess:
     """A tritonserver child process with readiness polling and clean shutdown."""
 
@@ -238,13 +249,16 @@ class TritonProcess:
         self.wait_ready()
 
     def kill(self) -> None:
-        if self._process is None or self._process.poll() is not None:
+        if self._process is None:
             return
-        os.killpg(self._process.pid, signal.SIGKILL)
+        _kill_group(self._process.pid)
         self._process.wait()
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self._process is None or self._process.poll() is not None:
+        if self._process is None:
+            return
+        if self._process.poll() is not None:
+            _kill_group(self._process.pid)  # it died: what it started may still run
             return
         os.killpg(self._process.pid, signal.SIGTERM)
         try:

@@ -43,6 +43,15 @@ def _stubs(server: RunningServer) -> list[int]:
     return live_children(_tritonserver(server), STUB_NAME)
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def _status(url: str) -> int:
     return httpx.get(url, timeout=5).status_code
 
@@ -74,8 +83,9 @@ def test_proxy_reports_not_ready_while_triton_restarts_then_serves_again(own_ser
     ready_url = f"http://127.0.0.1:{own_server.proxy_port}/ready"
     assert _status(ready_url) == 200
     old_triton = _tritonserver(own_server)
+    old_stubs = _stubs(own_server)
 
-    os.kill(old_triton, signal.SIGKILL)
+    os.kill(old_triton, signal.SIGKILL)  # the server alone: its stub lives on until the launcher kills it
     deadline = time.monotonic() + 10
     while _status(ready_url) == 200:
         assert time.monotonic() < deadline, "/ready still says ready 10 s after Triton died"
@@ -87,6 +97,7 @@ def test_proxy_reports_not_ready_while_triton_restarts_then_serves_again(own_ser
     assert _status(ready_url) == 200
     assert _tritonserver(own_server) != old_triton
     assert "restarting tritonserver (1 of at most 3)" in own_server.log.read_text()
+    assert old_stubs and not [pid for pid in old_stubs if _running(pid)], "the dead server's stub still runs"
 
 
 def test_stub_crash_ends_requests_in_flight_with_an_error_then_serves_again(own_server: RunningServer) -> None:
