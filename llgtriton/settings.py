@@ -86,6 +86,13 @@ class TritonSettings(_Section):
         description="'serve' restarts tritonserver this many times when it exits or the model's stub dies; "
         "then llgtriton stops.",
     )
+    instances: int = Field(
+        1,
+        ge=1,
+        description="Model instances (python backend stubs), each with its own engine and its own copy of "
+        "the model. Above 1 for engines that leave cores idle, such as the synthetic one in "
+        "bench/proxy_overhead.py; on a GPU every instance needs memory for its own weights and KV cache.",
+    )
 
 
 class EngineSettings(_Section):

@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -80,6 +81,19 @@ class RuntimeLayout:
     model_repository: Path
 
 
+_INSTANCE_COUNT = re.compile(r"(instance_group\s*\[\s*\{[^}]*?\bcount\s*:\s*)\d+")
+
+
+def with_instances(config: str, instances: int) -> str:
+    """``config`` (a config.pbtxt) with its first instance group's count set to ``instances``."""
+    updated, found = _INSTANCE_COUNT.subn(lambda match: f"{match.group(1)}{instances}", config, count=1)
+    if found:
+        return updated
+    if instances == 1:
+        return config  # Triton's default: one instance
+    raise TritonLaunchError(f"the model's config.pbtxt has no instance_group count to set to {instances}")
+
+
 def prepare_runtime(settings: Settings, installation: TritonInstallation) -> RuntimeLayout:
     # One runtime directory per gRPC port, so several servers on one machine do not collide.
     runtime = settings.engine.cache_dir / "triton-runtime" / str(settings.triton.grpc_port)
@@ -102,6 +116,7 @@ def prepare_runtime(settings: Settings, installation: TritonInstallation) -> Run
     config = repository / settings.proxy.model_name / "config.pbtxt"
     if not config.exists():
         raise TritonLaunchError(f"{source} has no model named {settings.proxy.model_name!r}")
+    config.write_text(with_instances(config.read_text(encoding="utf-8"), settings.triton.instances), encoding="utf-8")
     with config.open("a", encoding="utf-8") as handle:
         handle.write(
             "\n# Added by the llgtriton launcher: run the stub in this virtual environment.\n"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from llgtriton import cli
 from llgtriton.settings import (
@@ -28,6 +29,7 @@ from llgtriton.settings import (
     served_model_name_for,
     to_toml,
 )
+from llgtriton.triton_server import TritonLaunchError, with_instances
 
 CONFIG_PBTXT = Path(__file__).resolve().parent.parent / "model_repository" / "llm" / "config.pbtxt"
 
@@ -403,3 +405,21 @@ def test_engine_environment_leaves_unset_fields_out() -> None:
 def test_launcher_settings_reach_the_backend() -> None:
     loaded = _load(["--engine-device", "cuda", "--engine-max-model-len", "512"], {"LLGTRITON_ENGINE_DTYPE": "float16"})
     assert engine_settings_from(_pbtxt_parameters(), engine_environment(loaded.engine)) == loaded.engine
+
+
+def test_triton_instances_set_the_shipped_config_pbtxt_count() -> None:
+    shipped = CONFIG_PBTXT.read_text()
+    assert with_instances(shipped, 1) == shipped
+    three = with_instances(shipped, 3)
+    assert "instance_group [ { count: 3 kind: KIND_CPU } ]" in three
+    assert three.replace("count: 3", "count: 1") == shipped  # nothing else changed
+    assert Settings.model_validate({"triton": {"instances": 4}}).triton.instances == 4
+    with pytest.raises(ValidationError):
+        Settings.model_validate({"triton": {"instances": 0}})
+
+
+def test_more_instances_than_a_config_without_an_instance_group_can_take_is_refused() -> None:
+    config = 'name: "llm"\nbackend: "python"\n'
+    assert with_instances(config, 1) == config
+    with pytest.raises(TritonLaunchError, match="no instance_group count"):
+        with_instances(config, 2)
