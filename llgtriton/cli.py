@@ -58,6 +58,9 @@ async def _run_proxy(settings: Settings, triton: TritonProcess | None) -> int:
         port=settings.proxy.port,
         log_level=settings.log_level,
         timeout_graceful_shutdown=settings.proxy.drain_timeout_s,
+        # httptools parses and frames HTTP in C. The loop is asyncio's own (asyncio.run), not
+        # uvloop, which made the gRPC aio client's calls slower (docs/benchmarks.md, issue 8).
+        http="httptools",
     )
     server = uvicorn.Server(config)
 

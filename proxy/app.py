@@ -6,10 +6,9 @@ JSON or server-sent events; every error goes through ``proxy.errors``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -18,11 +17,12 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llgtriton.api_keys import accepted_keys
 from llgtriton.settings import ProxySettings
+from proxy.disconnects import cancelled_on_disconnect
 from proxy.errors import (
     ClientDisconnectedError,
     InvalidRequestError,
@@ -39,13 +39,12 @@ from proxy.openapi import openapi_document
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, now
 from proxy.replicas import ReplicaPool
 from proxy.serving import Generations
-from proxy.sse import event_stream
+from proxy.sse import EventStreamResponse
 from proxy.triton_client import GenerationClient, TritonGenerationClient
 
 logger = logging.getLogger(__name__)
 
 RequestModel = TypeVar("RequestModel", bound=BaseModel)
-Result = TypeVar("Result")
 
 
 def _json(model: BaseModel, status_code: int = 200) -> Response:
@@ -106,14 +105,16 @@ class Handlers:
     async def chat_completions(self, request: Request) -> Response:
         body = await self._parse(request, ChatCompletionRequest)
         if body.stream:
-            return await _unless_disconnected(request, _stream(self._generations.chat_stream(body)))
-        return _json(await _unless_disconnected(request, self._generations.chat(body)))
+            return EventStreamResponse(self._generations.chat_stream(body))
+        async with cancelled_on_disconnect(request.receive):
+            return _json(await self._generations.chat(body))
 
     async def completions(self, request: Request) -> Response:
         body = await self._parse(request, CompletionRequest)
         if body.stream:
-            return await _unless_disconnected(request, _stream(self._generations.completion_stream(body)))
-        return _json(await _unless_disconnected(request, self._generations.completion(body)))
+            return EventStreamResponse(self._generations.completion_stream(body))
+        async with cancelled_on_disconnect(request.receive):
+            return _json(await self._generations.completion(body))
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document(self._model_card.id))
@@ -125,47 +126,6 @@ class Handlers:
         if await self._client.is_ready():
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "not ready"}, status_code=503)
-
-
-async def _disconnected(request: Request) -> None:
-    """Return when the client hangs up (the body has been read: the next message is the disconnect)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _unless_disconnected(request: Request, work: Coroutine[Any, Any, Result]) -> Result:
-    """Await ``work``, cancelling it if the client disconnects first.
-
-    A whole response, or a stream's first chunk, can wait long (the request may be queued); a
-    client that gave up must not keep its generation running. Cancelling ``work`` closes the
-    Triton stream, and the backend frees the request at its next step. (Once a stream has
-    started, Starlette's StreamingResponse watches for the disconnect itself.)
-    """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(request))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-    if not task.done() or task.cancelled():
-        logger.info("client disconnected before the response; generation cancelled")
-        raise ClientDisconnectedError("the client disconnected")
-    return task.result()
-
-
-async def _stream(chunks: AsyncIterator[BaseModel]) -> Response:
-    """Wait for the first chunk so that a refused request still gets a proper HTTP status."""
-    try:
-        first = await chunks.__anext__()
-    except StopAsyncIteration:
-        raise ProxyError("the generation produced no output") from None
-    return StreamingResponse(
-        event_stream(first, chunks),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
 
 
 async def _proxy_error(request: Request, exc: Exception) -> Response:

@@ -1,34 +1,76 @@
-"""Server-sent events framing: ``data: <json>`` per chunk, an error event on failure, ``[DONE]`` last."""
+"""Server-sent events: ``data: <json>`` per chunk, an error event on failure, ``[DONE]`` last.
+
+:class:`EventStreamResponse` waits for the first chunk before it sends its headers, so a request
+refused before then still gets a proper HTTP status; after that, failures become error events.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from pydantic import BaseModel
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
-from proxy.errors import sse_event
+from proxy.disconnects import cancelled_on_disconnect
+from proxy.errors import ClientDisconnectedError, ProxyError, sse_event
 
 logger = logging.getLogger(__name__)
 
 DONE = b"data: [DONE]\n\n"
+_HEADERS: Mapping[str, str] = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def frame(chunk: BaseModel) -> bytes:
     return b"data: " + chunk.model_dump_json(exclude_none=False).encode() + b"\n\n"
 
 
-async def event_stream(first: BaseModel, rest: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
-    """Frame ``first`` and then ``rest``; an error mid-stream becomes an error event before [DONE]."""
-    try:
-        yield frame(first)
-        async for chunk in rest:
-            yield frame(chunk)
-    except Exception as exc:
-        logger.warning("stream failed: %s", exc)
-        yield sse_event(exc)
-    finally:
-        aclose = getattr(rest, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    yield DONE
+async def _close(chunks: AsyncIterator[BaseModel]) -> None:
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+class EventStreamResponse(Response):
+    """Streams ``chunks`` as server-sent events from the request's own task.
+
+    One watcher task per request notices a client that hangs up, before or during the stream, and
+    cancels the generation (Starlette's streaming response would add a task group and two tasks).
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, chunks: AsyncIterator[BaseModel]) -> None:
+        self.status_code = 200
+        self.background = None
+        self.init_headers(_HEADERS)
+        self._chunks = chunks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+        try:
+            async with cancelled_on_disconnect(receive):
+                try:
+                    first = await anext(self._chunks)
+                except StopAsyncIteration:
+                    raise ProxyError("the generation produced no output") from None
+                await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+                started = True
+                await self._stream(first, send)
+        except ClientDisconnectedError:
+            if not started:
+                raise  # answered 499, for the logs and metrics
+        finally:
+            await _close(self._chunks)
+
+    async def _stream(self, first: BaseModel, send: Send) -> None:
+        """``first`` and the rest; an error mid-stream becomes an error event before [DONE]."""
+        try:
+            await send({"type": "http.response.body", "body": frame(first), "more_body": True})
+            async for chunk in self._chunks:
+                await send({"type": "http.response.body", "body": frame(chunk), "more_body": True})
+        except Exception as exc:
+            logger.warning("stream failed: %s", exc)
+            await send({"type": "http.response.body", "body": sse_event(exc), "more_body": True})
+        await send({"type": "http.response.body", "body": DONE, "more_body": False})

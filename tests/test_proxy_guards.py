@@ -220,3 +220,67 @@ async def test_a_client_that_hangs_up_while_sending_its_body_is_no_error(caplog:
     assert not client.started.is_set()
     assert sent[0]["status"] == 499
     assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+
+
+class StallingClient(CancellableClient):
+    """Sends one output, then holds the generation open until it is cancelled."""
+
+    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncGenerator[wire.GenerationOutput]:
+        self.started.set()
+        try:
+            yield wire.GenerationOutput("Hel", None, 3, 1)
+            await asyncio.Event().wait()
+        finally:
+            self.closed.set()
+
+
+async def test_a_client_that_hangs_up_mid_stream_cancels_its_generation(caplog: pytest.LogCaptureFixture) -> None:
+    client = StallingClient()
+    app = _app(client)
+    body = json.dumps(_chat(stream=True)).encode()
+    hung_up = asyncio.Event()
+    messages: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await hung_up.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+        if b"Hel" in message.get("body", b""):
+            hung_up.set()  # the client read the first words and left
+
+    await asyncio.wait_for(app(_chat_scope(content_length=len(body)), receive, send), 5)
+    assert client.closed.is_set()
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    assert not any(b"[DONE]" in message.get("body", b"") for message in sent)  # nobody is reading
+    assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+
+
+async def test_a_cancellation_that_is_not_a_hang_up_passes_through() -> None:
+    """The server stopping cancels request tasks; that must stay a cancellation, not become a 499."""
+    client = StallingClient()
+    app = _app(client)
+    body = json.dumps(_chat(stream=False)).encode()
+    messages: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await asyncio.Event().wait()  # the client never leaves
+        raise AssertionError("unreachable")
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    call = asyncio.create_task(app(_chat_scope(content_length=len(body)), receive, send))
+    await asyncio.wait_for(client.started.wait(), 5)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert client.closed.is_set()
+    assert sent == []
