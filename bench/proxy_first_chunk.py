@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from bench.layers import ROOT, _free_port, quiet_logging, start_llgtriton, stop_llgtriton, wait_until_ready
+from bench.raw_http import RawSsePool
 from llgtriton import wire
 from llgtriton.settings import ProxySettings
 from proxy.triton_client import TritonGenerationClient
@@ -46,6 +47,8 @@ SEGMENTS = (
     ("first body sent -> client reads it", "first_body", "first"),
     ("client send -> client reads the first chunk", "send", "first"),
 )
+TOTAL = SEGMENTS[-1][0]
+WARM_UP = 20
 
 
 def probed_proxy(port: int, triton_url: str, marks_path: Path) -> None:
@@ -88,7 +91,9 @@ def probed_proxy(port: int, triton_url: str, marks_path: Path) -> None:
     async def serve() -> None:
         nonlocal app
         app = create_app(settings, ProbedClient(triton_url, settings.model_name, settings.request_timeout_s))
-        await uvicorn.Server(uvicorn.Config(probed, host="127.0.0.1", port=port, log_level="warning")).serve()
+        # The HTTP stack of `llgtriton serve`.
+        config = uvicorn.Config(probed, host="127.0.0.1", port=port, log_level="warning", http="httptools")
+        await uvicorn.Server(config).serve()
 
     try:
         asyncio.run(serve())
@@ -98,9 +103,13 @@ def probed_proxy(port: int, triton_url: str, marks_path: Path) -> None:
         marks_path.write_text(json.dumps(marks))
 
 
+BODY = {"model": MODEL, "prompt": PROMPT, "max_tokens": 1, "stream": True}
+
+
 def through_proxy(port: int, requests: int) -> list[dict[str, float]]:
+    """The requests from ``httpx``, the OpenAI SDK's HTTP client."""
     stamps = []
-    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 1, "stream": True}
+    body = BODY
     with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
         for _ in range(requests):
             stamp = {"send": time.perf_counter()}
@@ -110,6 +119,26 @@ def through_proxy(port: int, requests: int) -> list[dict[str, float]]:
                     if line.startswith("data: {"):
                         stamp.setdefault("first", time.perf_counter())
             stamps.append(stamp)
+    return stamps
+
+
+async def through_proxy_raw(port: int, requests: int) -> list[dict[str, float]]:
+    """The same requests from a client that costs next to nothing (``bench.raw_http``)."""
+    pool = RawSsePool("127.0.0.1", port)
+    request = pool.request("/v1/completions", BODY)
+    stamps = []
+    try:
+        for _ in range(requests):
+            stamp = {"send": time.perf_counter()}
+
+            def on_chunk(data: bytes, stamp: dict[str, float] = stamp) -> None:
+                if data.startswith(b"data: {"):
+                    stamp.setdefault("first", time.perf_counter())
+
+            await pool.stream(request, on_chunk)
+            stamps.append(stamp)
+    finally:
+        pool.close()
     return stamps
 
 
@@ -158,22 +187,32 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
         command = [sys.executable, "-m", "bench.proxy_first_chunk", "--probe-proxy", str(proxy_port), triton_url]
         proxy = subprocess.Popen([*command, str(marks_path)], cwd=ROOT)
         wait_until_ready(f"http://127.0.0.1:{proxy_port}/ready", "the probed proxy", proxy)
-        through_proxy(proxy_port, 20)  # warm-up, discarded with its marks below
-        client_stamps = through_proxy(proxy_port, arguments.requests)
+        # Each client warms up (20 requests, discarded with their marks) and then sends its requests.
+        through_proxy(proxy_port, WARM_UP)
+        httpx_stamps = through_proxy(proxy_port, arguments.requests)
+        asyncio.run(through_proxy_raw(proxy_port, WARM_UP))
+        raw_stamps = asyncio.run(through_proxy_raw(proxy_port, arguments.requests))
         direct = asyncio.run(straight_to_triton(triton_url, arguments.requests))
     finally:
         if proxy is not None:
             proxy.send_signal(signal.SIGINT)
             proxy.wait(30)  # it writes its stamps as it stops
         stop_llgtriton(triton)
-    marks = json.loads(marks_path.read_text())[-len(client_stamps) :]
+    marks = json.loads(marks_path.read_text())
     marks_path.unlink()
     log.unlink()
+    requests = arguments.requests
+    httpx_marks = marks[WARM_UP : WARM_UP + requests]
+    raw_marks = marks[2 * WARM_UP + requests : 2 * WARM_UP + 2 * requests]
+    straight = statistics.median(direct) * 1e3
+    by_client = {"httpx": segments(httpx_stamps, httpx_marks), "raw": segments(raw_stamps, raw_marks)}
     return {
-        "requests": arguments.requests,
+        "requests": requests,
         "date": time.strftime("%Y-%m-%d"),
-        "proxy_ms_p50": segments(client_stamps, marks),
-        "straight_to_triton_first_response_ms_p50": statistics.median(direct) * 1e3,
+        "proxy_ms_p50": by_client["httpx"],
+        "proxy_ms_p50_raw_client": by_client["raw"],
+        "straight_to_triton_first_response_ms_p50": straight,
+        "added_first_chunk_ms_p50": {name: figures[TOTAL] - straight for name, figures in by_client.items()},
     }
 
 
@@ -191,7 +230,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     quiet_logging()
     report = measure(arguments)
     for name, value in report["proxy_ms_p50"].items():
-        logger.info("%-48s %6.2f ms", name, value)
+        logger.info(
+            "%-48s %6.2f ms (httpx client)  %6.2f ms (raw client)", name, value, report["proxy_ms_p50_raw_client"][name]
+        )
     logger.info(
         "%-48s %6.2f ms", "straight to Triton: first response", report["straight_to_triton_first_response_ms_p50"]
     )

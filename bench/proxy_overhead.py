@@ -7,8 +7,9 @@ the previous one ends) the same streaming requests go, alternately:
 
 - ``direct``: straight to Triton over gRPC with ``tritonclient.grpc.aio`` (the proxy's own client,
   with the shared wire codec);
-- ``proxy``: through the OpenAI API, with a lean ``httpx`` client that counts SSE events, so the
-  load generator's own parsing does not hide the proxy's cost.
+- ``proxy``: through the OpenAI API, with a client that counts SSE events: by default the
+  near-free one of ``bench.raw_http`` (``--client httpx``: a lean ``httpx`` client), so the load
+  generator's own cost does not land on the proxy's side.
 
 Reported per layer: requests/s, chunks/s, latency per request (send to last chunk) p50/p99 and
 time to first chunk p50; then what the proxy adds: p50 latency per request and per chunk, and
@@ -34,6 +35,7 @@ from typing import Any
 import httpx
 
 from bench.layers import quiet_logging, running_server
+from bench.raw_http import RawSsePool
 from llgtriton import wire
 from proxy.errors import ProxyError
 from proxy.triton_client import TritonGenerationClient
@@ -74,6 +76,17 @@ async def via_proxy(client: httpx.AsyncClient, model: str, max_tokens: int, inde
     return trace
 
 
+async def via_proxy_raw(pool: RawSsePool, request: bytes, index: int) -> Trace:
+    trace = Trace()
+
+    def on_chunk(data: bytes) -> None:
+        if data.startswith(b"data: {") and b'"text":""' not in data:  # a chunk with text
+            trace.chunk()
+
+    await pool.stream(request, on_chunk)
+    return trace
+
+
 async def closed_loop(send: Send, concurrency: int, seconds: float) -> dict[str, float]:
     traces: list[Trace] = []
     failures: list[str] = []
@@ -84,7 +97,7 @@ async def closed_loop(send: Send, concurrency: int, seconds: float) -> dict[str,
         while time.perf_counter() < deadline:
             try:
                 traces.append(await send(next(counter)))
-            except (httpx.HTTPError, OSError, ProxyError) as exc:  # counted and reported, not fatal
+            except (httpx.HTTPError, OSError, EOFError, ProxyError) as exc:  # counted and reported, not fatal
                 failures.append(type(exc).__name__)
 
     started = time.perf_counter()
@@ -134,6 +147,14 @@ async def run(arguments: argparse.Namespace, proxy_port: int, grpc_port: int) ->
     async def timed(name: str, concurrency: int, seconds: float) -> dict[str, float]:
         if name == "direct":
             return await closed_loop(lambda i: via_triton(triton, arguments.max_tokens, i), concurrency, seconds)
+        if arguments.client == "raw":
+            pool = RawSsePool("127.0.0.1", proxy_port)  # fresh connections per timed run, as below
+            body = {"model": model, "prompt": PROMPT, "max_tokens": arguments.max_tokens, "stream": True}
+            request = pool.request("/v1/completions", body)
+            try:
+                return await closed_loop(lambda i: via_proxy_raw(pool, request, i), concurrency, seconds)
+            finally:
+                pool.close()
         async with proxy_client(proxy_url) as http:
             return await closed_loop(lambda i: via_proxy(http, model, arguments.max_tokens, i), concurrency, seconds)
 
@@ -164,6 +185,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="per layer, concurrency and round")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per concurrency, alternating the order")
     parser.add_argument("--max-tokens", type=int, default=64, help="chunks per request")
+    parser.add_argument(
+        "--client",
+        choices=["raw", "httpx"],
+        default="raw",
+        help="the proxy's client: raw (bench.raw_http, next to no cost) or httpx (the OpenAI SDK's)",
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/results/proxy_overhead.json"))
     arguments = parser.parse_args(argv)
     quiet_logging()
@@ -171,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with running_server(arguments.out.parent, "proxy_overhead", "--engine-engine=synthetic") as server:
         results = asyncio.run(run(arguments, server.proxy_port, server.grpc_port))
     command = " ".join(["python -m bench.proxy_overhead", *(sys.argv[1:] if argv is None else argv)])
-    payload = {"command": command, "date": time.strftime("%Y-%m-%d"), "results": results}
+    payload = {"command": command, "date": time.strftime("%Y-%m-%d"), "client": arguments.client, "results": results}
     arguments.out.write_text(json.dumps(payload, indent=2) + "\n")
     logger.info("wrote %s", arguments.out)
 
