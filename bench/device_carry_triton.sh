@@ -15,7 +15,7 @@ mkdir -p "$OUT" "$STAGE/wheels" "$STAGE/site"
 
 "$BIN/pip" download -q --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
     --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d "$STAGE/wheels" \
-    numpy==1.26.4 grpcio protobuf tritonclient python-rapidjson starlette uvicorn click h11 \
+    numpy==1.26.4 grpcio protobuf tritonclient python-rapidjson starlette uvicorn httptools click h11 \
     prometheus-client pyyaml anyio sniffio idna urllib3 certifi openai jiter distro httpx httpcore \
     httpx2 httpcore2 annotated-doc tqdm \
     jsonschema jsonschema-specifications referencing rpds-py attrs truststore

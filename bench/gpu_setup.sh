@@ -5,7 +5,8 @@ SITE=/tmp/llgtriton-site
 WHEELS=device_carry/wheels
 mkdir -p "$SITE"
 "$PY" -m pip install -q --no-index --no-deps --target "$SITE" $(ls "$WHEELS"/*.whl | grep -v -e xgrammar) 2>/dev/null
-if ! PYTHONPATH="$SITE" "$PY" -c "import pycuda.driver" 2>/dev/null; then
+# NO_PYCUDA=1 skips that build, for runs that need no kernel (bench/gpu_proxy_overhead.sh).
+if [ -z "${NO_PYCUDA:-}" ] && ! PYTHONPATH="$SITE" "$PY" -c "import pycuda.driver" 2>/dev/null; then
     rm -rf /tmp/pycuda-build && mkdir -p /tmp/pycuda-build
     tar -xzf "$WHEELS"/pycuda-*.tar.gz -C /tmp/pycuda-build
     (cd /tmp/pycuda-build/pycuda-* && "$PY" configure.py --cuda-root=/usr/local/cuda >/dev/null &&

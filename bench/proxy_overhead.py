@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -186,6 +187,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per concurrency, alternating the order")
     parser.add_argument("--max-tokens", type=int, default=64, help="chunks per request")
     parser.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="Triton model instances (python stubs): one stub sends ~3,000 responses/s, so more make the proxy "
+        "the bottleneck",
+    )
+    parser.add_argument(
         "--client",
         choices=["raw", "httpx"],
         default="raw",
@@ -195,10 +203,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     arguments = parser.parse_args(argv)
     quiet_logging()
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
-    with running_server(arguments.out.parent, "proxy_overhead", "--engine-engine=synthetic") as server:
+    engine = ["--engine-engine=synthetic", f"--triton-instances={arguments.instances}"]
+    with running_server(arguments.out.parent, "proxy_overhead", *engine) as server:
         results = asyncio.run(run(arguments, server.proxy_port, server.grpc_port))
     command = " ".join(["python -m bench.proxy_overhead", *(sys.argv[1:] if argv is None else argv)])
-    payload = {"command": command, "date": time.strftime("%Y-%m-%d"), "client": arguments.client, "results": results}
+    payload = {
+        "command": command,
+        "date": time.strftime("%Y-%m-%d"),
+        "client": arguments.client,
+        "triton_instances": arguments.instances,
+        "cores": os.cpu_count(),
+        "results": results,
+    }
     arguments.out.write_text(json.dumps(payload, indent=2) + "\n")
     logger.info("wrote %s", arguments.out)
 
