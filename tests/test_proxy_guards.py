@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -173,11 +173,8 @@ def _chat_scope(content_length: int) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("stream", [False, True])
-async def test_a_client_that_hangs_up_while_queued_cancels_its_generation(stream: bool) -> None:
-    client = CancellableClient()
-    app = _app(client)
-    body = json.dumps(_chat(stream=stream)).encode()
+def _client_that_hangs_up(body: bytes) -> tuple[Callable[[], Awaitable[dict[str, Any]]], asyncio.Event]:
+    """An ASGI ``receive`` that delivers ``body``, then the disconnect once the event is set."""
     hung_up = asyncio.Event()
     messages: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
 
@@ -186,6 +183,16 @@ async def test_a_client_that_hangs_up_while_queued_cancels_its_generation(stream
             return messages.pop(0)
         await hung_up.wait()
         return {"type": "http.disconnect"}
+
+    return receive, hung_up
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_client_that_hangs_up_while_queued_cancels_its_generation(stream: bool) -> None:
+    client = CancellableClient()
+    app = _app(client)
+    body = json.dumps(_chat(stream=stream)).encode()
+    receive, hung_up = _client_that_hangs_up(body)
 
     async def send(message: MutableMapping[str, Any]) -> None:
         pass
@@ -238,15 +245,8 @@ async def test_a_client_that_hangs_up_mid_stream_cancels_its_generation(caplog: 
     client = StallingClient()
     app = _app(client)
     body = json.dumps(_chat(stream=True)).encode()
-    hung_up = asyncio.Event()
-    messages: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
+    receive, hung_up = _client_that_hangs_up(body)
     sent: list[MutableMapping[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        if messages:
-            return messages.pop(0)
-        await hung_up.wait()
-        return {"type": "http.disconnect"}
 
     async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
