@@ -109,11 +109,10 @@ BODY = {"model": MODEL, "prompt": PROMPT, "max_tokens": 1, "stream": True}
 def through_proxy(port: int, requests: int) -> list[dict[str, float]]:
     """The requests from ``httpx``, the OpenAI SDK's HTTP client."""
     stamps = []
-    body = BODY
     with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
         for _ in range(requests):
             stamp = {"send": time.perf_counter()}
-            with client.stream("POST", "/v1/completions", json=body) as response:
+            with client.stream("POST", "/v1/completions", json=BODY) as response:
                 response.raise_for_status()
                 for line in response.iter_lines():
                     if line.startswith("data: {"):

@@ -28,12 +28,14 @@ class _Connection:
         self.writer.close()
 
 
-def _header(head: bytes, name: bytes) -> bytes | None:
-    for line in head.split(b"\r\n")[1:]:
+def _status_and_headers(head: bytes) -> tuple[int, dict[bytes, bytes]]:
+    """The status code and the lower-cased headers of a response head."""
+    status_line, *lines = head.split(b"\r\n")
+    headers = {}
+    for line in lines:
         key, _, value = line.partition(b":")
-        if key.strip().lower() == name:
-            return value.strip().lower()
-    return None
+        headers[key.strip().lower()] = value.strip().lower()
+    return int(status_line.split(b" ", 2)[1]), headers
 
 
 @dataclass
@@ -88,10 +90,10 @@ class RawSsePool:
     async def _read_body(connection: _Connection, head: bytes, on_chunk: Callable[[bytes], None]) -> bool:
         """Read the body after ``head``; True when the connection can be reused."""
         reader = connection.reader
-        status = int(head.split(b" ", 2)[1])
-        keep = _header(head, b"connection") != b"close"
-        if _header(head, b"transfer-encoding") != b"chunked":
-            length = int(_header(head, b"content-length") or 0)
+        status, headers = _status_and_headers(head)
+        keep = headers.get(b"connection") != b"close"
+        if headers.get(b"transfer-encoding") != b"chunked":
+            length = int(headers.get(b"content-length") or 0)
             body = await reader.readexactly(length)
             if status != 200:
                 raise RawHttpError(f"HTTP {status}: {body[:200]!r}")
