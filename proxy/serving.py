@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -188,7 +188,7 @@ class Generations:
             usage=_usage_of([done.last for done in finished]),
         )
 
-    async def chat_stream(self, request: ChatCompletionRequest) -> AsyncIterator[ChatCompletionChunk]:
+    async def chat_stream(self, request: ChatCompletionRequest) -> AsyncGenerator[ChatCompletionChunk]:
         completion_id, created = new_id("chatcmpl"), now()
         translation = chat_generation(request)
         generations = _copies(translation.generation, request.n)
@@ -259,7 +259,7 @@ class Generations:
             usage=_usage_of([done.last for done in finished]),
         )
 
-    async def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
+    async def completion_stream(self, request: CompletionRequest) -> AsyncGenerator[Completion]:
         completion_id, created = new_id("cmpl"), now()
         generation = completion_generation(request)
         copies = _copies(generation, request.n)

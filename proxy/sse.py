@@ -7,7 +7,8 @@ refused before then still gets a proper HTTP status; after that, failures become
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
 
 from pydantic import BaseModel
 from starlette.responses import Response
@@ -26,12 +27,6 @@ def frame(chunk: BaseModel) -> bytes:
     return b"data: " + chunk.model_dump_json(exclude_none=False).encode() + b"\n\n"
 
 
-async def _close(chunks: AsyncIterator[BaseModel]) -> None:
-    aclose = getattr(chunks, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
 class EventStreamResponse(Response):
     """Streams ``chunks`` as server-sent events from the request's own task.
 
@@ -41,7 +36,7 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, chunks: AsyncIterator[BaseModel]) -> None:
+    def __init__(self, chunks: AsyncGenerator[BaseModel]) -> None:
         self.status_code = 200
         self.background = None
         self.init_headers(_HEADERS)
@@ -50,7 +45,7 @@ class EventStreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
         try:
-            async with cancelled_on_disconnect(receive):
+            async with aclosing(self._chunks), cancelled_on_disconnect(receive):
                 try:
                     first = await anext(self._chunks)
                 except StopAsyncIteration:
@@ -61,8 +56,6 @@ class EventStreamResponse(Response):
         except ClientDisconnectedError:
             if not started:
                 raise  # answered 499, for the logs and metrics
-        finally:
-            await _close(self._chunks)
 
     async def _stream(self, first: BaseModel, send: Send) -> None:
         """``first`` and the rest; an error mid-stream becomes an error event before [DONE]."""
