@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from backend.kernels.cuda_masking import FLAT_MAX_BYTES, CudaBitmaskApplier
+from backend.kernels.cuda_masking import FLAT_MAX_BYTES, THREADS_PER_BLOCK, CudaBitmaskApplier
 from backend.masking import apply_token_bitmask_cpu
 
 logger = logging.getLogger("bench.mask_kernel")
@@ -66,10 +66,11 @@ def make_masks(kind: str, batch: int, vocab: int, generator: torch.Generator) ->
     return masks
 
 
-def gpu_time_us(launch: Callable[[], object], repeats: int) -> float:
+def gpu_time_us(launch: Callable[[], object], repeats: int, *, kernels_only: bool = False) -> float:
     """GPU time of one call: the device time of every kernel and copy it ran, from CUPTI (torch.profiler).
 
     Launch gaps and host overhead are left out, whichever library or stream launched the work.
+    ``kernels_only`` leaves the copies out too.
     """
     launch()
     torch.cuda.synchronize()
@@ -77,7 +78,11 @@ def gpu_time_us(launch: Callable[[], object], repeats: int) -> float:
         for _ in range(repeats):
             launch()
         torch.cuda.synchronize()
-    device_events = [e for e in profile.events() if e.device_type == DeviceType.CUDA]
+    device_events = [
+        e
+        for e in profile.events()
+        if e.device_type == DeviceType.CUDA and not (kernels_only and e.name.lower().startswith(("memcpy", "memset")))
+    ]
     if not device_events:
         raise RuntimeError("the profiler saw no GPU work")
     return float(sum(e.time_range.elapsed_us() for e in device_events)) / repeats
@@ -198,15 +203,18 @@ class Variant:
     waves: float | None  # None: by launch size, as the default; 0.5: half as many blocks as one wave
     defines: tuple[str, ...]
     flat_max_bytes: int = FLAT_MAX_BYTES
+    chunk_threads: int = THREADS_PER_BLOCK
 
 
 def parse_variant(text: str) -> Variant:
-    """``label:waves[:DEFINE,...[:FLAT_MIB]]``, e.g. ``w1:1``, ``ncs:auto:LLGT_STREAM_STORES=0`` or
-    ``flat24:auto::24`` (auto: waves by launch size; FLAT_MIB: the largest one-vector-per-thread launch)."""
+    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS]]]``, e.g. ``w1:1``, ``ncs:auto:LLGT_STREAM_STORES=0``,
+    ``flat24:auto::24`` or ``t128:auto:::128`` (auto: waves by launch size; FLAT_MIB: the largest
+    one-vector-per-thread launch; THREADS: threads per block of the chunked kernels)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
-    flat = int(rest[1]) << 20 if len(rest) > 1 else FLAT_MAX_BYTES
-    return Variant(label, None if waves == "auto" else float(waves), defines, flat)
+    flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES
+    threads = int(rest[2]) if len(rest) > 2 else THREADS_PER_BLOCK
+    return Variant(label, None if waves == "auto" else float(waves), defines, flat, threads)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -252,6 +260,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 waves=variant.waves,
                 defines=variant.defines,
                 flat_max_bytes=variant.flat_max_bytes,
+                chunk_threads=variant.chunk_threads,
             )
             for variant in arguments.variant
         }

@@ -31,7 +31,6 @@ import torch
 
 KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
 THREADS_PER_BLOCK = 256
-_WARPS = THREADS_PER_BLOCK // 32
 _LOGITS_PER_WARP = 1024
 _CU_EVENT_DISABLE_TIMING = 2
 _CU_EVENT_RECORD_EXTERNAL = 1  # an event recorded during capture becomes a node of the graph
@@ -40,7 +39,6 @@ _CU_STREAM_CAPTURE_MODE_RELAXED = 2  # capturing here leaves other threads' CUDA
 _MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
 _MAX_SEEN = 4096  # shapes seen once, remembered to capture them when they come again
 _CU_FUNC_ATTRIBUTE_NUM_REGS = 4
-_BLOCKS_PER_SM = 2048 // THREADS_PER_BLOCK
 # Blocks for the chunked kernel: enough to fill every SM this many times over. Up to
 # _ONE_WAVE_MAX_BYTES of logits, one wave: each warp takes several chunks, and a warp whose
 # chunks all allow everything leaves after one load instead of many blocks doing nothing. Larger
@@ -118,11 +116,12 @@ class CudaBitmaskApplier:
         defines: Sequence[str] = (),
         graphs: bool = True,
         flat_max_bytes: int = FLAT_MAX_BYTES,
+        chunk_threads: int = THREADS_PER_BLOCK,
     ) -> None:
         """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
         source), ``graphs=False`` (three driver calls a step, never a captured graph) and
-        ``flat_max_bytes`` (the largest launch of one vector per thread) exist for the
-        benchmark's comparisons."""
+        ``flat_max_bytes`` (the largest launch of one vector per thread) and ``chunk_threads``
+        (threads per block of the chunked kernels, at most 256) exist for the benchmark's comparisons."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -135,8 +134,11 @@ class CudaBitmaskApplier:
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
         sms = pycuda_device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
-        self._wave_blocks: int = int(sms) * _BLOCKS_PER_SM
+        self._chunk_threads = chunk_threads
+        self._wave_blocks: int = int(sms) * (2048 // chunk_threads)
         self._waves = waves
+        # LLGT_LINEAR=1 builds the chunked kernels as one grid over all rows (launched 1-D here).
+        self._linear = "LLGT_LINEAR=1" in defines
         self._flat_max_bytes = flat_max_bytes
         self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
         self._last_kernel = ""
@@ -170,7 +172,7 @@ class CudaBitmaskApplier:
         self._launch_kernel, self._launch_graph = lib.cuLaunchKernel, lib.cuGraphLaunch
         self._current_holder = _void_p()
         self._current_ref = ctypes.byref(self._current_holder)
-        self._grids: dict[tuple[str, int], int] = {}
+        self._grids: dict[tuple[str, int], tuple[int, int, int]] = {}
         self._primary_threads: set[int] = set()
         self._row_base, self._row_stride = 0, 0  # uniform rows: base + row * stride; stride 0: the array
 
@@ -212,14 +214,22 @@ class CudaBitmaskApplier:
         masks = self._host[self._pointer_bytes :].view(np.int32).reshape(rows, self.words)
         self._masks = torch.from_numpy(masks)
         # The launch parameters: (rows pointer array, base, row stride in elements (0: use the array),
-        # masks pointer, mask stride, mask words, vocab).
+        # masks pointer, mask stride, mask words, vocab, rows).
         self._param_rows = ctypes.c_uint64(0)
         self._param_base = ctypes.c_uint64(0)
         self._param_row_stride = ctypes.c_longlong(0)
         self._param_masks = ctypes.c_uint64(self._device_address + self._pointer_bytes)
         self._param_ints = (ctypes.c_int(self.words), ctypes.c_int(self.words), ctypes.c_int(self.vocab_size))
-        holders = (self._param_rows, self._param_base, self._param_row_stride, self._param_masks, *self._param_ints)
-        self._params = (_void_p * 7)(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
+        self._param_row_count = ctypes.c_int(0)
+        holders = (
+            self._param_rows,
+            self._param_base,
+            self._param_row_stride,
+            self._param_masks,
+            *self._param_ints,
+            self._param_row_count,
+        )
+        self._params = (_void_p * len(holders))(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
         self._last_tensor = None
         self._drop_graphs()  # they copy from and point into the old buffers
 
@@ -337,34 +347,59 @@ class CudaBitmaskApplier:
         return len(self._graphs)
 
     def run_resident(
-        self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, naive: bool = False
+        self,
+        logits: Sequence[torch.Tensor] | torch.Tensor,
+        stream_ptr: int,
+        *,
+        naive: bool = False,
+        mask_stride: int | None = None,
     ) -> None:
-        """The kernel alone, on the pointers and masks already on the device (for benchmarks)."""
+        """The kernel alone, on the pointers and masks already on the device (for benchmarks).
+
+        ``mask_stride=0`` makes every row read row 0's mask, so the masks stay in L2: what the
+        launch costs when reading them adds no DRAM traffic (a benchmark diagnostic).
+        """
         name, rows = self._set_pointers(logits, naive, check_only=True)
-        with self._current():
-            self._launch(name, rows, stream_ptr, naive)
+        stride = self._param_ints[0]
+        saved = stride.value
+        if mask_stride is not None:
+            stride.value = mask_stride
+        try:
+            with self._current():
+                self._launch(name, rows, stream_ptr, naive)
+        finally:
+            stride.value = saved
 
     def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
-        grid_x = self._grids.get((name, rows))
-        if grid_x is None:
-            grid_x = self._grids[(name, rows)] = self._grid_x(name, rows, naive)
+        grid = self._grids.get((name, rows))
+        if grid is None:
+            grid = self._grids[(name, rows)] = self._grid(name, rows, naive)
         self._param_rows.value = self._device_address + self._pointer_bytes - rows * 8
         self._param_base.value, self._param_row_stride.value = self._row_base, self._row_stride
+        self._param_row_count.value = rows
         if self._launch_kernel(
-            self._functions[name], grid_x, rows, 1, THREADS_PER_BLOCK, 1, 1, 0, stream_ptr, self._params, None
+            self._functions[name], grid[0], grid[1], 1, grid[2], 1, 1, 0, stream_ptr, self._params, None
         ):
             raise RuntimeError(f"cuLaunchKernel({name}) failed")
 
-    def _grid_x(self, name: str, rows: int, naive: bool) -> int:
+    def _grid(self, name: str, rows: int, naive: bool) -> tuple[int, int, int]:
+        """Blocks in x and y (y is the row, except for the linear build's chunked kernels), and
+        threads per block."""
         if name in _FLAT_VEC:
             per_block = THREADS_PER_BLOCK * _FLAT_VEC[name]
-            return (self.vocab_size + per_block - 1) // per_block
+            return (self.vocab_size + per_block - 1) // per_block, rows, THREADS_PER_BLOCK
         if naive:
-            return max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
-        chunk_blocks = (self.vocab_size + _LOGITS_PER_WARP * _WARPS - 1) // (_LOGITS_PER_WARP * _WARPS)
+            blocks = max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
+            return blocks, rows, THREADS_PER_BLOCK
         logits_bytes = rows * self.vocab_size * (4 if "f32" in name else 2)
         waves = self._waves or (1 if logits_bytes <= _ONE_WAVE_MAX_BYTES else _WAVES_LARGE)
-        return max(1, min(chunk_blocks, (int(self._wave_blocks * waves) + rows - 1) // rows))
+        chunks = (self.vocab_size + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
+        threads = self._chunk_threads
+        warps = threads // 32
+        if self._linear:
+            return max(1, min((rows * chunks + warps - 1) // warps, int(self._wave_blocks * waves))), 1, threads
+        chunk_blocks = (chunks + warps - 1) // warps
+        return max(1, min(chunk_blocks, (int(self._wave_blocks * waves) + rows - 1) // rows)), rows, threads
 
     def _set_pointers(
         self, logits: Sequence[torch.Tensor] | torch.Tensor, naive: bool, check_only: bool = False

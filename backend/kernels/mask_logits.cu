@@ -30,7 +30,12 @@
 //   LLGT_CHUNKS_PER_PASS: chunks whose mask words a warp loads at once;
 //   LLGT_FLAT_MASK_FIRST: 1 makes a small launch's thread load its mask word first and its logits
 //                      only when the word's bits are mixed (two latencies in a row for mixed
-//                      vectors, no read for vectors that allow all or nothing).
+//                      vectors, no read for vectors that allow all or nothing);
+//   LLGT_LINEAR:       1 runs the chunked kernels as one grid over every row's chunks (mask_linear)
+//                      instead of a grid row per logits row (the host launches them accordingly);
+//   LLGT_PREFETCH_PASS: 1 loads a warp's next pass of mask words before it stores this pass's;
+//   LLGT_PREFETCH_ROWS: D > 0 makes the first block of row r prefetch row r + D's mask into L2,
+//                      one burst of reads per row instead of one small read per warp amid the stores.
 #ifndef LLGT_PHASE_PIECES
 #define LLGT_PHASE_PIECES 4
 #endif
@@ -45,6 +50,15 @@
 #endif
 #ifndef LLGT_FLAT_MASK_FIRST
 #define LLGT_FLAT_MASK_FIRST 0
+#endif
+#ifndef LLGT_LINEAR
+#define LLGT_LINEAR 0
+#endif
+#ifndef LLGT_PREFETCH_PASS
+#define LLGT_PREFETCH_PASS 0
+#endif
+#ifndef LLGT_PREFETCH_ROWS
+#define LLGT_PREFETCH_ROWS 0
 #endif
 #if LLGT_STREAM_STORES
 #define LLGT_STORE_VEC(p, v) __stcs((p), (v))
@@ -136,31 +150,59 @@ __device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word
 // Rows are base + row * row_stride when row_stride > 0 (one strided tensor: no pointer to load
 // first), otherwise rows[row] (separate per-request tensors, as TensorRT-LLM passes them).
 template <typename T>
-__device__ __forceinline__ T* row_of(T* const* rows, T* base, long long row_stride) {
-    return row_stride > 0 ? base + static_cast<long long>(blockIdx.y) * row_stride : rows[blockIdx.y];
+__device__ __forceinline__ T* row_of(T* const* rows, T* base, long long row_stride, int row) {
+    return row_stride > 0 ? base + static_cast<long long>(row) * row_stride : rows[row];
+}
+
+// The mask words of one pass: chunk first_chunk + c * stride for each c, lane i loading word i
+// of its chunk (independent loads, all in flight together). Chunks past the row allow everything.
+__device__ __forceinline__ void load_pass(uint32_t (&words)[CHUNKS_PER_PASS], const uint32_t* __restrict__ mask,
+                                          int first_chunk, int stride, int chunks, int mask_words, int lane) {
+#pragma unroll
+    for (int c = 0; c < CHUNKS_PER_PASS; ++c) {
+        const int word_index = (first_chunk + c * stride) * 32 + lane;
+        words[c] = (first_chunk + c * stride < chunks && word_index < mask_words) ? __ldg(mask + word_index)
+                                                                                  : 0xffffffffu;
+    }
 }
 
 template <typename T, int VEC>
 __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, long long row_stride,
                                           const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
-                                          int vocab) {
+                                          int vocab, int /*row_count: gridDim.y*/) {
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "a vector is one element or 16 bytes");
     const int lane = threadIdx.x & 31;
     const int warps = blockDim.x >> 5;
     const int chunks = (vocab + 1023) >> 10;
     const int stride = gridDim.x * warps;
-    T* __restrict__ logits = row_of(rows, base, row_stride);
+    T* __restrict__ logits = row_of(rows, base, row_stride, blockIdx.y);
     const uint32_t* __restrict__ mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
 
-    for (int first_chunk = blockIdx.x * warps + (threadIdx.x >> 5); first_chunk < chunks;
-         first_chunk += stride * CHUNKS_PER_PASS) {
-        uint32_t words[CHUNKS_PER_PASS];
-#pragma unroll
-        for (int c = 0; c < CHUNKS_PER_PASS; ++c) {  // independent loads, all in flight together
-            const int word_index = (first_chunk + c * stride) * 32 + lane;
-            words[c] = (first_chunk + c * stride < chunks && word_index < mask_words) ? __ldg(mask + word_index)
-                                                                                      : 0xffffffffu;
+#if LLGT_PREFETCH_ROWS
+    if (blockIdx.x == 0 && blockIdx.y + LLGT_PREFETCH_ROWS < gridDim.y) {
+        const uint32_t* ahead = masks + static_cast<size_t>(blockIdx.y + LLGT_PREFETCH_ROWS) * mask_stride;
+        for (int w = threadIdx.x * 32; w < mask_words; w += blockDim.x * 32) {  // a 128-byte line each
+#if LLGT_PREFETCH_EVICT_LAST
+            asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(ahead + w));
+#else
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(ahead + w));
+#endif
         }
+    }
+#endif
+    const int pass = stride * CHUNKS_PER_PASS;
+    int first_chunk = blockIdx.x * warps + (threadIdx.x >> 5);
+    uint32_t words[CHUNKS_PER_PASS];
+#if LLGT_PREFETCH_PASS
+    load_pass(words, mask, first_chunk, stride, chunks, mask_words, lane);
+#endif
+    for (; first_chunk < chunks; first_chunk += pass) {
+#if LLGT_PREFETCH_PASS
+        uint32_t next[CHUNKS_PER_PASS];  // the next pass's words load while this pass stores
+        load_pass(next, mask, first_chunk + pass, stride, chunks, mask_words, lane);
+#else
+        load_pass(words, mask, first_chunk, stride, chunks, mask_words, lane);
+#endif
 #pragma unroll 1  // one copy of the chunk code: small kernels are latency- and instruction-cache-bound
         for (int c = 0; c < CHUNKS_PER_PASS; ++c) {
             const int chunk = first_chunk + c * stride;
@@ -179,6 +221,56 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
             }
             mask_chunk<T, VEC>(logits, word, chunk << 10, lane, vocab);
         }
+#if LLGT_PREFETCH_PASS
+#pragma unroll
+        for (int c = 0; c < CHUNKS_PER_PASS; ++c) {
+            words[c] = next[c];
+        }
+#endif
+    }
+}
+
+// The same work as mask_rows, over one grid: warp w takes the chunks w, w + S, w + 2S, ... of
+// all rows in a row (S: the grid's warps), so the warps at work at any moment cover one
+// contiguous stretch of the logits and of the masks, as a plain fill does.
+template <typename T, int VEC>
+__device__ __forceinline__ void mask_linear(T* const* __restrict__ rows, T* base, long long row_stride,
+                                            const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
+                                            int vocab, int row_count) {
+    static_assert(VEC == 1 || VEC * sizeof(T) == 16, "a vector is one element or 16 bytes");
+    const int lane = threadIdx.x & 31;
+    const int warps = blockDim.x >> 5;
+    const int chunks = (vocab + 1023) >> 10;
+    const int total = row_count * chunks;
+    const int stride = gridDim.x * warps;
+    for (int first = blockIdx.x * warps + (threadIdx.x >> 5); first < total; first += stride * CHUNKS_PER_PASS) {
+        uint32_t words[CHUNKS_PER_PASS];
+#pragma unroll
+        for (int c = 0; c < CHUNKS_PER_PASS; ++c) {  // independent loads, all in flight together
+            const int linear = first + c * stride;
+            const int row = linear / chunks;
+            const int word_index = (linear - row * chunks) * 32 + lane;
+            words[c] = linear >= total              ? 0xffffffffu
+                       : word_index < mask_words ? __ldg(masks + static_cast<size_t>(row) * mask_stride + word_index)
+                                                 : 0u;  // past the mask, inside the vocabulary: disallowed
+        }
+#pragma unroll 1
+        for (int c = 0; c < CHUNKS_PER_PASS; ++c) {
+            const int linear = first + c * stride;
+            if (linear >= total) {
+                break;
+            }
+            uint32_t word = words[0];
+#pragma unroll
+            for (int k = 1; k < CHUNKS_PER_PASS; ++k) {
+                word = c == k ? words[k] : word;
+            }
+            if (__all_sync(0xffffffffu, word == 0xffffffffu)) {
+                continue;
+            }
+            const int row = linear / chunks;
+            mask_chunk<T, VEC>(row_of(rows, base, row_stride, row), word, (linear - row * chunks) << 10, lane, vocab);
+        }
     }
 }
 
@@ -187,14 +279,14 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
 template <typename T, int VEC>
 __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, long long row_stride,
                                           const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
-                                          int vocab) {
+                                          int vocab, int /*row_count: gridDim.y*/) {
     constexpr uint32_t ALL = (1u << VEC) - 1u;
     constexpr int PER_WORD = 4 / sizeof(T);
     const int first = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (first >= vocab) {
         return;
     }
-    T* __restrict__ logits = row_of(rows, base, row_stride);
+    T* __restrict__ logits = row_of(rows, base, row_stride, blockIdx.y);
     const bool full = first + VEC <= vocab;
     uint4 values = make_uint4(0u, 0u, 0u, 0u);
 #if !LLGT_FLAT_MASK_FIRST
@@ -233,8 +325,8 @@ __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, 
 template <typename T>
 __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base, long long row_stride,
                                            const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
-                                           int vocab) {
-    T* logits = row_of(rows, base, row_stride);
+                                           int vocab, int /*row_count: gridDim.y*/) {
+    T* logits = row_of(rows, base, row_stride, blockIdx.y);
     const uint32_t* mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
         const int w = i >> 5;
@@ -247,18 +339,23 @@ __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base,
 
 #define LLGT_ENTRY(name, body, T)                                                                    \
     extern "C" __global__ void __launch_bounds__(256, LLGT_MIN_BLOCKS) name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, \
-                                    int mask_stride, int mask_words, int vocab) {                     \
+                                    int mask_stride, int mask_words, int vocab, int row_count) {      \
         body;                                                                                         \
     }
-#define LLGT_ARGS rows, base, row_stride, masks, mask_stride, mask_words, vocab
+#define LLGT_ARGS rows, base, row_stride, masks, mask_stride, mask_words, vocab, row_count
+#if LLGT_LINEAR
+#define LLGT_CHUNKED mask_linear
+#else
+#define LLGT_CHUNKED mask_rows
+#endif
 
 using bf16 = __nv_bfloat16;
-LLGT_ENTRY(mask_f32_v4, (mask_rows<float, 4>(LLGT_ARGS)), float)
-LLGT_ENTRY(mask_f32_v1, (mask_rows<float, 1>(LLGT_ARGS)), float)
-LLGT_ENTRY(mask_f16_v8, (mask_rows<__half, 8>(LLGT_ARGS)), __half)
-LLGT_ENTRY(mask_f16_v1, (mask_rows<__half, 1>(LLGT_ARGS)), __half)
-LLGT_ENTRY(mask_bf16_v8, (mask_rows<bf16, 8>(LLGT_ARGS)), bf16)
-LLGT_ENTRY(mask_bf16_v1, (mask_rows<bf16, 1>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(mask_f32_v4, (LLGT_CHUNKED<float, 4>(LLGT_ARGS)), float)
+LLGT_ENTRY(mask_f32_v1, (LLGT_CHUNKED<float, 1>(LLGT_ARGS)), float)
+LLGT_ENTRY(mask_f16_v8, (LLGT_CHUNKED<__half, 8>(LLGT_ARGS)), __half)
+LLGT_ENTRY(mask_f16_v1, (LLGT_CHUNKED<__half, 1>(LLGT_ARGS)), __half)
+LLGT_ENTRY(mask_bf16_v8, (LLGT_CHUNKED<bf16, 8>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(mask_bf16_v1, (LLGT_CHUNKED<bf16, 1>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4>(LLGT_ARGS)), float)
 LLGT_ENTRY(flat_f16_v8, (mask_flat<__half, 8>(LLGT_ARGS)), __half)
 LLGT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8>(LLGT_ARGS)), bf16)

@@ -50,11 +50,32 @@ def appliers() -> dict[int, object]:
     return {vocab: CudaBitmaskApplier(torch.device("cuda"), 16, vocab) for vocab in VOCABS}
 
 
+# Small batches take the one-vector-per-thread kernel; these builds force the chunked kernels
+# (a grid row per logits row, or one linear grid) onto the same cases.
+CHUNKED_BUILDS = {"chunked": (), "linear": ("LLGT_LINEAR=1",)}
+
+
+@pytest.fixture(scope="module")
+def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
+    """``(build, vocab)``: the default appliers, and the chunked builds forced onto small batches."""
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+
+    chunked = {
+        (build, vocab): CudaBitmaskApplier(torch.device("cuda"), 16, vocab, defines=defines, flat_max_bytes=0)
+        for build, defines in CHUNKED_BUILDS.items()
+        for vocab in VOCABS
+    }
+    return {**{("default", vocab): applier for vocab, applier in appliers.items()}, **chunked}
+
+
 @pytest.mark.parametrize("vocab", VOCABS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", KINDS)
-def test_kernel_matches_the_reference(appliers: dict[int, object], vocab: int, dtype: torch.dtype, kind: str) -> None:
-    applier = appliers[vocab]
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS])
+def test_kernel_matches_the_reference(
+    builds: dict[tuple[str, int], object], vocab: int, dtype: torch.dtype, kind: str, build: str
+) -> None:
+    applier = builds[(build, vocab)]
     generator = torch.Generator().manual_seed(vocab + len(kind))
     mask = masks(kind, 5, vocab, generator)
     logits = torch.randn((5, vocab), generator=generator).to(dtype)
@@ -67,9 +88,12 @@ def test_kernel_matches_the_reference(appliers: dict[int, object], vocab: int, d
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_strided_beam_views_leave_the_padding_alone(appliers: dict[int, object], dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS])
+def test_strided_beam_views_leave_the_padding_alone(
+    builds: dict[tuple[str, int], object], dtype: torch.dtype, build: str
+) -> None:
     vocab, padded = 32001, 32064
-    applier = appliers[vocab]
+    applier = builds[(build, vocab)]
     generator = torch.Generator().manual_seed(1)
     mask = masks("random", 6, vocab, generator)
     full = torch.randn((3, 2, padded), generator=generator).to(dtype)
@@ -82,10 +106,13 @@ def test_strided_beam_views_leave_the_padding_alone(appliers: dict[int, object],
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_per_request_tensors_on_a_side_stream(appliers: dict[int, object], dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS])
+def test_per_request_tensors_on_a_side_stream(
+    builds: dict[tuple[str, int], object], dtype: torch.dtype, build: str
+) -> None:
     """TensorRT-LLM's form: one [1, 1, V] tensor per request, some unaligned, on a non-default stream."""
     vocab = 49152
-    applier = appliers[vocab]
+    applier = builds[(build, vocab)]
     generator = torch.Generator().manual_seed(2)
     mask = masks("random", 4, vocab, generator)
     storage = torch.randn((4 * vocab + 3,), generator=generator).to(dtype)
