@@ -213,7 +213,7 @@ def parse_variant(text: str) -> Variant:
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
     flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES
-    threads = int(rest[2]) if len(rest) > 2 else THREADS_PER_BLOCK
+    threads = int(rest[2]) if len(rest) > 2 and rest[2] else THREADS_PER_BLOCK
     return Variant(label, None if waves == "auto" else float(waves), defines, flat, threads)
 
 

@@ -137,8 +137,6 @@ class CudaBitmaskApplier:
         self._chunk_threads = chunk_threads
         self._wave_blocks: int = int(sms) * (2048 // chunk_threads)
         self._waves = waves
-        # LLGT_LINEAR=1 builds the chunked kernels as one grid over all rows (launched 1-D here).
-        self._linear = "LLGT_LINEAR=1" in defines
         self._flat_max_bytes = flat_max_bytes
         self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
         self._last_kernel = ""
@@ -214,20 +212,18 @@ class CudaBitmaskApplier:
         masks = self._host[self._pointer_bytes :].view(np.int32).reshape(rows, self.words)
         self._masks = torch.from_numpy(masks)
         # The launch parameters: (rows pointer array, base, row stride in elements (0: use the array),
-        # masks pointer, mask stride, mask words, vocab, rows).
+        # masks pointer, mask stride, mask words, vocab).
         self._param_rows = ctypes.c_uint64(0)
         self._param_base = ctypes.c_uint64(0)
         self._param_row_stride = ctypes.c_longlong(0)
         self._param_masks = ctypes.c_uint64(self._device_address + self._pointer_bytes)
         self._param_ints = (ctypes.c_int(self.words), ctypes.c_int(self.words), ctypes.c_int(self.vocab_size))
-        self._param_row_count = ctypes.c_int(0)
         holders = (
             self._param_rows,
             self._param_base,
             self._param_row_stride,
             self._param_masks,
             *self._param_ints,
-            self._param_row_count,
         )
         self._params = (_void_p * len(holders))(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
         self._last_tensor = None
@@ -376,15 +372,13 @@ class CudaBitmaskApplier:
             grid = self._grids[(name, rows)] = self._grid(name, rows, naive)
         self._param_rows.value = self._device_address + self._pointer_bytes - rows * 8
         self._param_base.value, self._param_row_stride.value = self._row_base, self._row_stride
-        self._param_row_count.value = rows
         if self._launch_kernel(
             self._functions[name], grid[0], grid[1], 1, grid[2], 1, 1, 0, stream_ptr, self._params, None
         ):
             raise RuntimeError(f"cuLaunchKernel({name}) failed")
 
     def _grid(self, name: str, rows: int, naive: bool) -> tuple[int, int, int]:
-        """Blocks in x and y (y is the row, except for the linear build's chunked kernels), and
-        threads per block."""
+        """Blocks in x and y (y is the row) and threads per block."""
         if name in _FLAT_VEC:
             per_block = THREADS_PER_BLOCK * _FLAT_VEC[name]
             return (self.vocab_size + per_block - 1) // per_block, rows, THREADS_PER_BLOCK
@@ -396,10 +390,9 @@ class CudaBitmaskApplier:
         chunks = (self.vocab_size + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
         threads = self._chunk_threads
         warps = threads // 32
-        if self._linear:
-            return max(1, min((rows * chunks + warps - 1) // warps, int(self._wave_blocks * waves))), 1, threads
         chunk_blocks = (chunks + warps - 1) // warps
-        return max(1, min(chunk_blocks, (int(self._wave_blocks * waves) + rows - 1) // rows)), rows, threads
+        blocks = max(1, min(chunk_blocks, (int(self._wave_blocks * waves) + rows - 1) // rows))
+        return blocks, rows, threads
 
     def _set_pointers(
         self, logits: Sequence[torch.Tensor] | torch.Tensor, naive: bool, check_only: bool = False
