@@ -218,14 +218,8 @@ class CudaBitmaskApplier:
         self._param_row_stride = ctypes.c_longlong(0)
         self._param_masks = ctypes.c_uint64(self._device_address + self._pointer_bytes)
         self._param_ints = (ctypes.c_int(self.words), ctypes.c_int(self.words), ctypes.c_int(self.vocab_size))
-        holders = (
-            self._param_rows,
-            self._param_base,
-            self._param_row_stride,
-            self._param_masks,
-            *self._param_ints,
-        )
-        self._params = (_void_p * len(holders))(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
+        holders = (self._param_rows, self._param_base, self._param_row_stride, self._param_masks, *self._param_ints)
+        self._params = (_void_p * 7)(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
         self._last_tensor = None
         self._drop_graphs()  # they copy from and point into the old buffers
 

@@ -33,7 +33,8 @@
 //                      vectors, no read for vectors that allow all or nothing);
 //   LLGT_PREFETCH_PASS: 1 loads a warp's next pass of mask words before it stores this pass's;
 //   LLGT_PREFETCH_ROWS: D > 0 makes the first block of row r prefetch row r + D's mask into L2,
-//                      one burst of reads per row instead of one small read per warp amid the stores;
+//                      one burst of reads per row instead of one small read per warp amid the stores
+//                      (LLGT_PREFETCH_EVICT_LAST=1: marked evict-last in L2);
 //   LLGT_PREFETCH_MAX_MIB, LLGT_PREFETCH_MIN_MIB: a chunked launch of more than MIN MiB of logits
 //                      with at most MAX MiB of masks prefetches all its masks into L2 first (1-token
 //                      cells 4% faster; smaller launches gain nothing and all-allowed ones lose).
@@ -57,6 +58,9 @@
 #endif
 #ifndef LLGT_PREFETCH_ROWS
 #define LLGT_PREFETCH_ROWS 0
+#endif
+#ifndef LLGT_PREFETCH_EVICT_LAST
+#define LLGT_PREFETCH_EVICT_LAST 0
 #endif
 #ifndef LLGT_PREFETCH_MAX_MIB
 #define LLGT_PREFETCH_MAX_MIB 16
@@ -154,8 +158,8 @@ __device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word
 // Rows are base + row * row_stride when row_stride > 0 (one strided tensor: no pointer to load
 // first), otherwise rows[row] (separate per-request tensors, as TensorRT-LLM passes them).
 template <typename T>
-__device__ __forceinline__ T* row_of(T* const* rows, T* base, long long row_stride, int row) {
-    return row_stride > 0 ? base + static_cast<long long>(row) * row_stride : rows[row];
+__device__ __forceinline__ T* row_of(T* const* rows, T* base, long long row_stride) {
+    return row_stride > 0 ? base + static_cast<long long>(blockIdx.y) * row_stride : rows[blockIdx.y];
 }
 
 // The mask words of one pass: chunk first_chunk + c * stride for each c, lane i loading word i
@@ -195,7 +199,7 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
     const int warps = blockDim.x >> 5;
     const int chunks = (vocab + 1023) >> 10;
     const int stride = gridDim.x * warps;
-    T* __restrict__ logits = row_of(rows, base, row_stride, blockIdx.y);
+    T* __restrict__ logits = row_of(rows, base, row_stride);
     const uint32_t* __restrict__ mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
 
     prefetch_masks(masks, mask_stride, static_cast<long long>(vocab) * sizeof(T));
@@ -263,7 +267,7 @@ __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, 
     if (first >= vocab) {
         return;
     }
-    T* __restrict__ logits = row_of(rows, base, row_stride, blockIdx.y);
+    T* __restrict__ logits = row_of(rows, base, row_stride);
     const bool full = first + VEC <= vocab;
     uint4 values = make_uint4(0u, 0u, 0u, 0u);
 #if !LLGT_FLAT_MASK_FIRST
@@ -303,7 +307,7 @@ template <typename T>
 __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base, long long row_stride,
                                            const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
                                            int vocab) {
-    T* logits = row_of(rows, base, row_stride, blockIdx.y);
+    T* logits = row_of(rows, base, row_stride);
     const uint32_t* mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
         const int w = i >> 5;
@@ -316,11 +320,10 @@ __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base,
 
 #define LLGT_ENTRY(name, body, T)                                                                    \
     extern "C" __global__ void __launch_bounds__(256, LLGT_MIN_BLOCKS) name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, \
-                                    int mask_stride, int mask_words, int vocab) {                                     \
+                                    int mask_stride, int mask_words, int vocab) {                     \
         body;                                                                                         \
     }
 #define LLGT_ARGS rows, base, row_stride, masks, mask_stride, mask_words, vocab
-
 
 using bf16 = __nv_bfloat16;
 LLGT_ENTRY(mask_f32_v4, (mask_rows<float, 4>(LLGT_ARGS)), float)
