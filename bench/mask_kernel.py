@@ -205,6 +205,20 @@ class Variant:
     flat_max_bytes: int = FLAT_MAX_BYTES
     chunk_threads: int = THREADS_PER_BLOCK
 
+    def applier(self, device: torch.device, rows: int, vocab: int) -> CudaBitmaskApplier:
+        return CudaBitmaskApplier(
+            device,
+            rows,
+            vocab,
+            waves=self.waves,
+            defines=self.defines,
+            flat_max_bytes=self.flat_max_bytes,
+            chunk_threads=self.chunk_threads,
+        )
+
+
+VARIANT_HELP = "label:waves[:DEFINE,...[:FLAT_MIB[:THREADS]]], e.g. ncs:auto:LLGT_STREAM_STORES=0 (repeatable)"
+
 
 def parse_variant(text: str) -> Variant:
     """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS]]]``, e.g. ``w1:1``, ``ncs:auto:LLGT_STREAM_STORES=0``,
@@ -232,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="append",
         default=[],
         type=parse_variant,
-        help="also time a variant of our kernel: label:waves[:DEFINE,...[:FLAT_MIB]] (repeatable)",
+        help=f"also time a variant of our kernel: {VARIANT_HELP}",
     )
     arguments = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -252,18 +266,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for vocab in arguments.vocabs:
         applier = CudaBitmaskApplier(device, max(arguments.batches), vocab)
         calls_applier = CudaBitmaskApplier(device, max(arguments.batches), vocab, graphs=False)
-        variants = {
-            variant.label: CudaBitmaskApplier(
-                device,
-                max(arguments.batches),
-                vocab,
-                waves=variant.waves,
-                defines=variant.defines,
-                flat_max_bytes=variant.flat_max_bytes,
-                chunk_threads=variant.chunk_threads,
-            )
-            for variant in arguments.variant
-        }
+        variants = {v.label: v.applier(device, max(arguments.batches), vocab) for v in arguments.variant}
         logger.info("registers per thread: %s", applier.registers())
         for dtype_name in arguments.dtypes:
             for batch in arguments.batches:

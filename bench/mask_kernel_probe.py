@@ -26,7 +26,7 @@ import torch
 
 from backend.kernels.cuda_masking import CudaBitmaskApplier
 from backend.masking import apply_token_bitmask_cpu
-from bench.mask_kernel import DTYPES, check_equal, gpu_time_us, make_masks, parse_variant
+from bench.mask_kernel import DTYPES, VARIANT_HELP, check_equal, gpu_time_us, make_masks, parse_variant
 
 logger = logging.getLogger("bench.mask_kernel_probe")
 
@@ -64,8 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=sorted(DTYPES))
     parser.add_argument("--kinds", nargs="+", default=["all", "half", "one"])
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--variant", action="append", default=[], type=parse_variant,
-                        help="label:waves[:DEFINE,...[:FLAT_MIB]], as in bench.mask_kernel (repeatable)")  # fmt: skip
+    parser.add_argument("--variant", action="append", default=[], type=parse_variant, help=VARIANT_HELP)
     parser.add_argument("--shared-mask", action="store_true", help="also time every launch with the masks in L2")
     parser.add_argument("--after-copy", action="store_true", help="also time the kernel right after the step's copy")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
@@ -79,16 +78,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     results: list[dict[str, Any]] = []
     for vocab in arguments.vocabs:
         appliers = {"default": CudaBitmaskApplier(device, rows, vocab)}
-        for v in arguments.variant:
-            appliers[v.label] = CudaBitmaskApplier(
-                device,
-                rows,
-                vocab,
-                waves=v.waves,
-                defines=v.defines,
-                flat_max_bytes=v.flat_max_bytes,
-                chunk_threads=v.chunk_threads,
-            )
+        appliers |= {variant.label: variant.applier(device, rows, vocab) for variant in arguments.variant}
         for dtype_name in arguments.dtypes:
             for batch in arguments.batches:
                 logits = torch.randn((batch, vocab), device=device).to(DTYPES[dtype_name])
