@@ -58,6 +58,9 @@ NAIVE_KERNELS = {torch.float32: "naive_f32", torch.float16: "naive_f16", torch.b
 FLAT_MAX_BYTES = 8 << 20
 _FLAT_KERNELS = {"mask_f32_v4": "flat_f32_v4", "mask_f16_v8": "flat_f16_v8", "mask_bf16_v8": "flat_bf16_v8"}
 _FLAT_VEC = {"flat_f32_v4": 4, "flat_f16_v8": 8, "flat_bf16_v8": 8}
+# Launches of 16-bit logits that fit in L2 take the chunked kernel that scatters -inf into mixed
+# vectors instead of reading them (fp32 rows always do: see mask_logits.cu).
+_SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_bf16_v8_scatter"}
 
 _void_p = ctypes.c_void_p
 
@@ -117,11 +120,15 @@ class CudaBitmaskApplier:
         graphs: bool = True,
         flat_max_bytes: int = FLAT_MAX_BYTES,
         chunk_threads: int = THREADS_PER_BLOCK,
+        scatter16_max_bytes: int | None = None,
     ) -> None:
         """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
-        source), ``graphs=False`` (three driver calls a step, never a captured graph) and
-        ``flat_max_bytes`` (the largest launch of one vector per thread) and ``chunk_threads``
-        (threads per block of the chunked kernels, at most 256) exist for the benchmark's comparisons."""
+        source), ``graphs=False`` (three driver calls a step, never a captured graph),
+        ``flat_max_bytes`` (the largest launch of one vector per thread), ``chunk_threads`` (threads
+        per block of the chunked kernels, at most 256) and ``scatter16_max_bytes`` (the largest
+        launch of 16-bit logits whose mixed vectors are scattered into; by default the size of the
+        device's L2 cache) exist for the benchmark's
+        comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -138,6 +145,8 @@ class CudaBitmaskApplier:
         self._wave_blocks: int = int(sms) * (2048 // chunk_threads)
         self._waves = waves
         self._flat_max_bytes = flat_max_bytes
+        l2_bytes = int(pycuda_device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
+        self._scatter16_max_bytes = l2_bytes if scatter16_max_bytes is None else scatter16_max_bytes
         self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
         self._last_kernel = ""
         self._last_rows = 0
@@ -180,7 +189,7 @@ class CudaBitmaskApplier:
         self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
         self._module = module
         functions = {}
-        for name in [*_KERNELS.values(), *NAIVE_KERNELS.values(), *_FLAT_KERNELS.values()]:
+        for name in [*_KERNELS.values(), *NAIVE_KERNELS.values(), *_FLAT_KERNELS.values(), *_SCATTER_KERNELS.values()]:
             function = _void_p()
             result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode())
             self._driver.check(result, "cuModuleGetFunction")
@@ -452,5 +461,7 @@ class CudaBitmaskApplier:
         if name is None:
             raise ValueError(f"no mask kernel for {dtype}")
         if not naive and logits_bytes <= self._flat_max_bytes:
-            name = _FLAT_KERNELS.get(name, name)
+            return _FLAT_KERNELS.get(name, name)
+        if not naive and logits_bytes <= self._scatter16_max_bytes:
+            return _SCATTER_KERNELS.get(name, name)
         return name

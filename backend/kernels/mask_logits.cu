@@ -62,6 +62,12 @@
 #ifndef LLGT_PREFETCH_EVICT_LAST
 #define LLGT_PREFETCH_EVICT_LAST 0
 #endif
+#ifndef LLGT_MIXED_SCATTER
+#define LLGT_MIXED_SCATTER 1
+#endif
+#ifndef LLGT_FLAT_SCATTER
+#define LLGT_FLAT_SCATTER 1
+#endif
 #ifndef LLGT_PREFETCH_MAX_MIB
 #define LLGT_PREFETCH_MAX_MIB 16
 #endif
@@ -97,10 +103,38 @@ __device__ __forceinline__ uint32_t select_word(uint32_t value, uint32_t bits) {
     }
 }
 
+// -inf into one element, marked evict-first like the vector stores.
+template <typename T> __device__ __forceinline__ void store_neg_inf(T* p) {
+    if constexpr (sizeof(T) == 4) {
+        __stcs(reinterpret_cast<unsigned int*>(p), NegInf<T>::pattern);
+    } else {
+        __stcs(reinterpret_cast<unsigned short*>(p), static_cast<unsigned short>(NegInf<T>::pattern & 0xffffu));
+    }
+}
+
+// -inf into the disallowed elements of a warp's span of VEC mask words (the 32 * VEC logits from
+// `first`) without reading any: lane i takes element i of each word, so each store instruction
+// covers one contiguous run of 32 logits. Word k is held by lane src_first + k * src_step.
+template <typename T, int VEC>
+__device__ __forceinline__ void scatter_span(T* __restrict__ logits, uint32_t word, int src_first, int src_step,
+                                             int first, int lane, int vocab) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+        const uint32_t source = __shfl_sync(0xffffffffu, word, src_first + k * src_step);
+        const int e = first + k * 32 + lane;
+        if (e < vocab && !((source >> lane) & 1u)) {
+            store_neg_inf(logits + e);
+        }
+    }
+}
+
 constexpr int CHUNKS_PER_PASS = LLGT_CHUNKS_PER_PASS;  // mask words of this many chunks are loaded at once
 
+// `scatter`: a span of 32 vectors with a mixed one gets scatter_span instead of reading its mixed
+// vectors (see mask_rows).
 template <typename T, int VEC>
-__device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word, int base, int lane, int vocab) {
+__device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word, int base, int lane, int vocab,
+                                           bool scatter) {
     constexpr int PIECES = 1024 / (32 * VEC);
     constexpr int PHASE = PIECES < LLGT_PHASE_PIECES ? PIECES : LLGT_PHASE_PIECES;
     constexpr uint32_t ALL = (1u << VEC) - 1u;
@@ -118,7 +152,7 @@ __device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word
             bits[it] = (source >> ((piece * VEC) & 31)) & ALL;
             if constexpr (VEC > 1) {
                 const int first = base + piece * VEC;
-                if (first + VEC <= vocab && bits[it] != ALL && bits[it] != 0u) {
+                if (!scatter && first + VEC <= vocab && bits[it] != ALL && bits[it] != 0u) {
                     values[it] = *reinterpret_cast<const uint4*>(logits + first);
                 }
             }
@@ -126,6 +160,13 @@ __device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word
 #pragma unroll
         for (int it = 0; it < PHASE; ++it) {
             const int first = base + ((start + it) * 32 + lane) * VEC;
+            if constexpr (VEC > 1) {  // (the warp agrees on `scatter`)
+                if (scatter && __any_sync(0xffffffffu, first < vocab && bits[it] != ALL && bits[it] != 0u)) {
+                    scatter_span<T, VEC>(logits, word, (start + it) * VEC, 1, base + (start + it) * 32 * VEC, lane,
+                                         vocab);
+                    continue;
+                }
+            }
             if (first >= vocab || bits[it] == ALL) {
                 continue;
             }
@@ -190,7 +231,8 @@ __device__ __noinline__ void prefetch_masks(const uint32_t* masks, int mask_stri
     }
 }
 
-template <typename T, int VEC>
+// SCATTER: mixed vectors are scattered into (scatter_span) instead of read, selected and written back.
+template <typename T, int VEC, bool SCATTER>
 __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, long long row_stride,
                                           const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
                                           int vocab) {
@@ -203,6 +245,7 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
     const uint32_t* __restrict__ mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
 
     prefetch_masks(masks, mask_stride, static_cast<long long>(vocab) * sizeof(T));
+    constexpr bool scatter = SCATTER && LLGT_MIXED_SCATTER;
 #if LLGT_PREFETCH_ROWS
     if (blockIdx.x == 0 && blockIdx.y + LLGT_PREFETCH_ROWS < gridDim.y) {
         const uint32_t* ahead = masks + static_cast<size_t>(blockIdx.y + LLGT_PREFETCH_ROWS) * mask_stride;
@@ -244,7 +287,7 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
             if (chunk >= chunks || __all_sync(0xffffffffu, word == 0xffffffffu)) {
                 continue;
             }
-            mask_chunk<T, VEC>(logits, word, chunk << 10, lane, vocab);
+            mask_chunk<T, VEC>(logits, word, chunk << 10, lane, vocab, scatter);
         }
 #if LLGT_PREFETCH_PASS
 #pragma unroll
@@ -255,19 +298,38 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
     }
 }
 
-// Small launches are latency-bound: one 16-byte vector per thread, its logits and its mask word
-// loaded together, many short threads instead of a few long warps.
+// Small launches are latency-bound: one 16-byte vector per thread, many short threads instead of a
+// few long warps.
+
+// The thread loads its mask word and never reads the logits: a warp with a mixed vector (or the row's
+// last, partial one) scatters into its whole span, the other warps' threads store a vector of -inf
+// or leave theirs alone. (Every lane takes part in the vote and the shuffles; lanes past the row
+// allow everything.)
 template <typename T, int VEC>
-__device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, long long row_stride,
-                                          const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
-                                          int vocab) {
+__device__ __forceinline__ void flat_scatter(T* __restrict__ logits, const uint32_t* __restrict__ mask, int mask_words,
+                                             int first, int vocab) {
+    constexpr uint32_t ALL = (1u << VEC) - 1u;
+    const int lane = threadIdx.x & 31;
+    const int w = first >> 5;
+    const uint32_t word = first >= vocab ? 0xffffffffu : w < mask_words ? __ldg(mask + w) : 0u;
+    const uint32_t bits = (word >> (first & 31)) & ALL;
+    if (__any_sync(0xffffffffu, first < vocab && ((bits != ALL && bits != 0u) || first + VEC > vocab))) {
+        scatter_span<T, VEC>(logits, word, 0, 32 / VEC, first - lane * VEC, lane, vocab);  // word k: lane 32k/VEC
+    } else if (first < vocab && bits == 0u) {
+        const uint32_t p = NegInf<T>::pattern;
+        *reinterpret_cast<uint4*>(logits + first) = make_uint4(p, p, p, p);
+    }
+}
+
+// The thread loads its logits and its mask word together, selects and writes back.
+template <typename T, int VEC>
+__device__ __forceinline__ void flat_read(T* __restrict__ logits, const uint32_t* __restrict__ mask, int mask_words,
+                                          int first, int vocab) {
     constexpr uint32_t ALL = (1u << VEC) - 1u;
     constexpr int PER_WORD = 4 / sizeof(T);
-    const int first = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (first >= vocab) {
         return;
     }
-    T* __restrict__ logits = row_of(rows, base, row_stride);
     const bool full = first + VEC <= vocab;
     uint4 values = make_uint4(0u, 0u, 0u, 0u);
 #if !LLGT_FLAT_MASK_FIRST
@@ -276,7 +338,7 @@ __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, 
     }
 #endif
     const int w = first >> 5;
-    const uint32_t word = w < mask_words ? __ldg(masks + static_cast<size_t>(blockIdx.y) * mask_stride + w) : 0u;
+    const uint32_t word = w < mask_words ? __ldg(mask + w) : 0u;
     const uint32_t bits = (word >> (first & 31)) & ALL;
     if (bits == ALL) {
         return;
@@ -299,6 +361,23 @@ __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, 
                 logits[first + k] = neg_inf_scalar<T>();
             }
         }
+    }
+}
+
+// SCATTER (and LLGT_FLAT_SCATTER): flat_scatter, otherwise flat_read. Scattering 16-bit elements
+// takes twice the store instructions, which a launch this short pays for in its mixed cells: 16-bit
+// rows read.
+template <typename T, int VEC, bool SCATTER>
+__device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, long long row_stride,
+                                          const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
+                                          int vocab) {
+    const int first = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    T* __restrict__ logits = row_of(rows, base, row_stride);
+    const uint32_t* __restrict__ mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
+    if constexpr (SCATTER && LLGT_FLAT_SCATTER) {
+        flat_scatter<T, VEC>(logits, mask, mask_words, first, vocab);
+    } else {
+        flat_read<T, VEC>(logits, mask, mask_words, first, vocab);
     }
 }
 
@@ -326,15 +405,20 @@ __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base,
 #define LLGT_ARGS rows, base, row_stride, masks, mask_stride, mask_words, vocab
 
 using bf16 = __nv_bfloat16;
-LLGT_ENTRY(mask_f32_v4, (mask_rows<float, 4>(LLGT_ARGS)), float)
-LLGT_ENTRY(mask_f32_v1, (mask_rows<float, 1>(LLGT_ARGS)), float)
-LLGT_ENTRY(mask_f16_v8, (mask_rows<__half, 8>(LLGT_ARGS)), __half)
-LLGT_ENTRY(mask_f16_v1, (mask_rows<__half, 1>(LLGT_ARGS)), __half)
-LLGT_ENTRY(mask_bf16_v8, (mask_rows<bf16, 8>(LLGT_ARGS)), bf16)
-LLGT_ENTRY(mask_bf16_v1, (mask_rows<bf16, 1>(LLGT_ARGS)), bf16)
-LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4>(LLGT_ARGS)), float)
-LLGT_ENTRY(flat_f16_v8, (mask_flat<__half, 8>(LLGT_ARGS)), __half)
-LLGT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8>(LLGT_ARGS)), bf16)
+// Mixed vectors: fp32 rows are always scattered into. 16-bit rows take twice the store instructions
+// per byte to scatter into, which pays only while the logits stay in L2 (partial writes that reach
+// DRAM cost a read there anyway): the loader picks the _scatter kernels for launches up to a size.
+LLGT_ENTRY(mask_f32_v4, (mask_rows<float, 4, true>(LLGT_ARGS)), float)
+LLGT_ENTRY(mask_f32_v1, (mask_rows<float, 1, false>(LLGT_ARGS)), float)
+LLGT_ENTRY(mask_f16_v8, (mask_rows<__half, 8, false>(LLGT_ARGS)), __half)
+LLGT_ENTRY(mask_f16_v8_scatter, (mask_rows<__half, 8, true>(LLGT_ARGS)), __half)
+LLGT_ENTRY(mask_f16_v1, (mask_rows<__half, 1, false>(LLGT_ARGS)), __half)
+LLGT_ENTRY(mask_bf16_v8, (mask_rows<bf16, 8, false>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(mask_bf16_v8_scatter, (mask_rows<bf16, 8, true>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(mask_bf16_v1, (mask_rows<bf16, 1, false>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true>(LLGT_ARGS)), float)
+LLGT_ENTRY(flat_f16_v8, (mask_flat<__half, 8, false>(LLGT_ARGS)), __half)
+LLGT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8, false>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(naive_f32, (mask_naive<float>(LLGT_ARGS)), float)
 LLGT_ENTRY(naive_f16, (mask_naive<__half>(LLGT_ARGS)), __half)
 LLGT_ENTRY(naive_bf16, (mask_naive<bf16>(LLGT_ARGS)), bf16)

@@ -50,8 +50,11 @@ def appliers() -> dict[int, object]:
     return {vocab: CudaBitmaskApplier(torch.device("cuda"), 16, vocab) for vocab in VOCABS}
 
 
-# Small batches take the one-vector-per-thread kernel; this forces the chunked kernel onto the same cases.
-CHUNKED_BUILDS = ["chunked"]
+# Small batches take the one-vector-per-thread kernel; these force the chunked kernel onto the same
+# cases, each build named with its scatter16_max_bytes: as launches that fit in L2 take it (16-bit
+# mixed vectors scattered into), and as larger 16-bit launches take it (mixed vectors read,
+# selected and written back).
+CHUNKED_BUILDS: dict[str, int | None] = {"chunked": None, "chunked_read": 0}
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +63,10 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
     from backend.kernels.cuda_masking import CudaBitmaskApplier
 
     chunked = {
-        (build, vocab): CudaBitmaskApplier(torch.device("cuda"), 16, vocab, flat_max_bytes=0)
-        for build in CHUNKED_BUILDS
+        (build, vocab): CudaBitmaskApplier(
+            torch.device("cuda"), 16, vocab, flat_max_bytes=0, scatter16_max_bytes=scatter16_max_bytes
+        )
+        for build, scatter16_max_bytes in CHUNKED_BUILDS.items()
         for vocab in VOCABS
     }
     return {**{("default", vocab): applier for vocab, applier in appliers.items()}, **chunked}
