@@ -9,11 +9,13 @@
 //   * otherwise the lanes walk the chunk in 16-byte vectors (VEC elements), consecutive lanes on
 //     consecutive vectors so every access is coalesced; each lane takes its VEC bits from the
 //     lane that holds the word (a shuffle). A vector whose bits are all 1 is skipped, a vector
-//     whose bits are all 0 is overwritten with -inf without being read, a mixed one is read,
-//     selected and written back.
+//     whose bits are all 0 is overwritten with -inf without being read;
+//   * mixed vectors are never read where that pays (fp32 rows, and 16-bit launches that fit in
+//     L2): the warp stores -inf into the disallowed elements of their 32-vector span, lane i into
+//     element i of each word, and the L2 merges the partial writes. Otherwise a mixed vector is
+//     read, selected and written back.
 // VEC == 1 is the path for rows that are not 16-byte aligned (e.g. fp32 with V = 32001).
-// Small launches (mask_flat) are latency-bound instead: one vector per thread, its logits and
-// mask word loaded together.
+// Small launches (mask_flat) are latency-bound instead: one vector per thread.
 // Rows are base + row * row_stride for one strided tensor, or an array of pointers for separate
 // per-request tensors (TensorRT-LLM's logits post-processor).
 
@@ -28,8 +30,11 @@
 //   LLGT_MIN_BLOCKS:   blocks of 256 threads an SM must hold at once (__launch_bounds__);
 //   LLGT_STREAM_STORES: 1 marks stores of logits evict-first (st.global.cs): each is written once;
 //   LLGT_CHUNKS_PER_PASS: chunks whose mask words a warp loads at once;
-//   LLGT_FLAT_MASK_FIRST: 1 makes a small launch's thread load its mask word first and its logits
-//                      only when the word's bits are mixed (two latencies in a row for mixed
+//   LLGT_MIXED_SCATTER: 0 makes the chunked kernels read, select and write back every mixed vector;
+//   LLGT_FLAT_SCATTER: 0 makes fp32 small launches load their logits with their mask words (as the
+//                      16-bit ones do) instead of scattering into mixed spans;
+//   LLGT_FLAT_MASK_FIRST: 1 makes a reading small launch's thread load its mask word first and its
+//                      logits only when the word's bits are mixed (two latencies in a row for mixed
 //                      vectors, no read for vectors that allow all or nothing);
 //   LLGT_PREFETCH_PASS: 1 loads a warp's next pass of mask words before it stores this pass's;
 //   LLGT_PREFETCH_ROWS: D > 0 makes the first block of row r prefetch row r + D's mask into L2,
