@@ -127,8 +127,7 @@ class CudaBitmaskApplier:
         ``flat_max_bytes`` (the largest launch of one vector per thread), ``chunk_threads`` (threads
         per block of the chunked kernels, at most 256) and ``scatter16_max_bytes`` (the largest
         launch of 16-bit logits whose mixed vectors are scattered into; by default the size of the
-        device's L2 cache) exist for the benchmark's
-        comparisons and the tests."""
+        device's L2 cache) exist for the benchmark's comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
