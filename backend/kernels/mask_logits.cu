@@ -135,11 +135,10 @@ __device__ __forceinline__ void scatter_span(T* __restrict__ logits, uint32_t wo
 
 constexpr int CHUNKS_PER_PASS = LLGT_CHUNKS_PER_PASS;  // mask words of this many chunks are loaded at once
 
-// `scatter`: a span of 32 vectors with a mixed one gets scatter_span instead of reading its mixed
+// SCATTER: a span of 32 vectors with a mixed one gets scatter_span instead of reading its mixed
 // vectors (see mask_rows).
-template <typename T, int VEC>
-__device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word, int base, int lane, int vocab,
-                                           bool scatter) {
+template <typename T, int VEC, bool SCATTER>
+__device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word, int base, int lane, int vocab) {
     constexpr int PIECES = 1024 / (32 * VEC);
     constexpr int PHASE = PIECES < LLGT_PHASE_PIECES ? PIECES : LLGT_PHASE_PIECES;
     constexpr uint32_t ALL = (1u << VEC) - 1u;
@@ -157,7 +156,7 @@ __device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word
             bits[it] = (source >> ((piece * VEC) & 31)) & ALL;
             if constexpr (VEC > 1) {
                 const int first = base + piece * VEC;
-                if (!scatter && first + VEC <= vocab && bits[it] != ALL && bits[it] != 0u) {
+                if (!SCATTER && first + VEC <= vocab && bits[it] != ALL && bits[it] != 0u) {
                     values[it] = *reinterpret_cast<const uint4*>(logits + first);
                 }
             }
@@ -165,8 +164,8 @@ __device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word
 #pragma unroll
         for (int it = 0; it < PHASE; ++it) {
             const int first = base + ((start + it) * 32 + lane) * VEC;
-            if constexpr (VEC > 1) {  // (the warp agrees on `scatter`)
-                if (scatter && __any_sync(0xffffffffu, first < vocab && bits[it] != ALL && bits[it] != 0u)) {
+            if constexpr (VEC > 1 && SCATTER) {
+                if (__any_sync(0xffffffffu, first < vocab && bits[it] != ALL && bits[it] != 0u)) {
                     scatter_span<T, VEC>(logits, word, (start + it) * VEC, 1, base + (start + it) * 32 * VEC, lane,
                                          vocab);
                     continue;
@@ -250,7 +249,6 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
     const uint32_t* __restrict__ mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
 
     prefetch_masks(masks, mask_stride, static_cast<long long>(vocab) * sizeof(T));
-    constexpr bool scatter = SCATTER && LLGT_MIXED_SCATTER;
 #if LLGT_PREFETCH_ROWS
     if (blockIdx.x == 0 && blockIdx.y + LLGT_PREFETCH_ROWS < gridDim.y) {
         const uint32_t* ahead = masks + static_cast<size_t>(blockIdx.y + LLGT_PREFETCH_ROWS) * mask_stride;
@@ -292,7 +290,7 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
             if (chunk >= chunks || __all_sync(0xffffffffu, word == 0xffffffffu)) {
                 continue;
             }
-            mask_chunk<T, VEC>(logits, word, chunk << 10, lane, vocab, scatter);
+            mask_chunk<T, VEC, SCATTER && LLGT_MIXED_SCATTER>(logits, word, chunk << 10, lane, vocab);
         }
 #if LLGT_PREFETCH_PASS
 #pragma unroll
