@@ -74,15 +74,29 @@ def _copies(generation: wire.GenerationRequest, n: int) -> list[wire.GenerationR
     return [dataclasses.replace(generation, seed=(generation.seed + i) % 2**64) for i in range(n)]
 
 
+async def _cancel_and_wait(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Cancel ``tasks`` and wait until they have ended.
+
+    ``asyncio.wait``, not ``gather``: if the caller is cancelled meanwhile, it gets its own
+    CancelledError, message included, as an anyio cancel scope needs to recognise it (one of
+    gather's would carry the message of a task cancelled here).
+    """
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        done, _ = await asyncio.wait(tasks)
+        for task in done:
+            if not task.cancelled():
+                task.exception()  # retrieved: a failure is reported by the caller's own error
+
+
 async def _all(runs: Sequence[Awaitable[T]]) -> list[T]:
     """Every run's result; when one fails (or the caller is cancelled) the others are cancelled."""
     tasks = [asyncio.ensure_future(run) for run in runs]
     try:
         return list(await asyncio.gather(*tasks))
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel_and_wait(tasks)
 
 
 @dataclass(frozen=True)
@@ -128,9 +142,7 @@ async def _merged(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
             else:
                 yield cast(T, got)  # everything else in the queue came from a stream
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel_and_wait(tasks)
 
 
 def _request_id(completion_id: str, index: int, n: int) -> str:

@@ -9,6 +9,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import openai
 import pytest
@@ -204,6 +205,31 @@ async def test_a_client_that_hangs_up_while_queued_cancels_its_generation(stream
     await asyncio.wait_for(client.closed.wait(), 5)  # the generation was cancelled, not left running
     await asyncio.wait_for(call, 5)
     assert not client.gate.is_set()
+
+
+@pytest.mark.parametrize("events", [1, 2, 3, 4, 5, 6])
+async def test_a_server_that_cuts_a_stream_of_several_choices_short_gets_its_own_cancellation(events: int) -> None:
+    """Found by schemathesis, whose ASGI transport cuts event streams with an anyio cancel scope (as
+    servers and middleware built on anyio do): with n > 1, the cancellation used to leave the app as
+    a CancelledError the scope could not recognise as its own, so it escaped the scope."""
+    app = _app(ScriptedClient())
+    body = json.dumps(_chat(stream=True, n=2)).encode()
+    receive, hung_up = _client_that_hangs_up(body)
+    sent = 0
+    with anyio.CancelScope() as server:
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            nonlocal sent
+            if message["type"] == "http.response.body" and not server.cancel_called:
+                sent += 1
+                if sent == events:
+                    hung_up.set()
+                    server.cancel()
+
+        await app(_chat_scope(content_length=len(body)), receive, send)
+    # Here, not a CancelledError: the scope took back its cancellation, or the app had already
+    # ended the stream it saw cut (the disconnect that came with it).
+    assert server.cancel_called and sent == events
 
 
 async def test_a_client_that_hangs_up_while_sending_its_body_is_no_error(caplog: pytest.LogCaptureFixture) -> None:
