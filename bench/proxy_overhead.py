@@ -16,6 +16,8 @@ time to first chunk p50; then what the proxy adds: p50 latency per request and p
 its share of direct throughput.
 
     .venv/bin/python -m bench.proxy_overhead --concurrency 1 16 64 256 --seconds 10
+    # on the GPU machine's 16 cores: four stubs so Triton outruns one proxy process, and two of those
+    python -m bench.proxy_overhead --instances 4 --proxy-workers 2 --concurrency 1 16 64 256 --seconds 6
 """
 
 from __future__ import annotations
@@ -194,6 +196,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "the bottleneck",
     )
     parser.add_argument(
+        "--proxy-workers",
+        type=int,
+        default=1,
+        help="proxy processes sharing the port (llgtriton --proxy-workers): one forwards ~10,000 chunks/s",
+    )
+    parser.add_argument(
         "--client",
         choices=["raw", "httpx"],
         default="raw",
@@ -203,8 +211,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     arguments = parser.parse_args(argv)
     quiet_logging()
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
-    engine = ["--engine-engine=synthetic", f"--triton-instances={arguments.instances}"]
-    with running_server(arguments.out.parent, "proxy_overhead", *engine) as server:
+    flags = [
+        "--engine-engine=synthetic",
+        f"--triton-instances={arguments.instances}",
+        f"--proxy-workers={arguments.proxy_workers}",
+    ]
+    with running_server(arguments.out.parent, "proxy_overhead", *flags) as server:
         results = asyncio.run(run(arguments, server.proxy_port, server.grpc_port))
     command = " ".join(["python -m bench.proxy_overhead", *(sys.argv[1:] if argv is None else argv)])
     payload = {
@@ -212,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "date": time.strftime("%Y-%m-%d"),
         "client": arguments.client,
         "triton_instances": arguments.instances,
+        "proxy_workers": arguments.proxy_workers,
         "cores": os.cpu_count(),
         "results": results,
     }

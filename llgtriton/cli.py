@@ -47,23 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _run_proxy(settings: Settings, triton: TritonProcess | None) -> int:
     """Serve the OpenAI API until stopped; 1 when it stopped because Triton failed for good."""
-    # Imported late: `--help` and `--print-config` stay fast and need no proxy dependencies.
-    import uvicorn
+    if settings.proxy.workers > 1:
+        return await _run_proxy_workers(settings, triton)
+    from llgtriton.proxy_workers import uvicorn_server
 
-    from proxy.app import create_app
-
-    config = uvicorn.Config(
-        create_app(settings.proxy),
-        host=settings.proxy.host,
-        port=settings.proxy.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=settings.proxy.drain_timeout_s,
-        # httptools parses and frames HTTP in C. The loop is asyncio's own (asyncio.run), not
-        # uvloop, which made the gRPC aio client's calls slower (docs/benchmarks.md, issue 8).
-        http="httptools",
-    )
-    server = uvicorn.Server(config)
-
+    server = uvicorn_server(settings)
     failed = False
 
     async def watch_triton() -> None:
@@ -78,6 +66,46 @@ async def _run_proxy(settings: Settings, triton: TritonProcess | None) -> int:
         await server.serve()
     finally:
         watcher.cancel()
+    return 1 if failed else 0
+
+
+async def _run_proxy_workers(settings: Settings, triton: TritonProcess | None) -> int:
+    """``--proxy-workers N``: supervise N proxy processes (and Triton) until SIGINT/SIGTERM."""
+    from llgtriton.proxy_workers import ProxyWorkers
+
+    workers = ProxyWorkers(settings)
+    try:
+        workers.start()
+    except OSError as exc:
+        logger.error("cannot listen on %s:%d: %s", settings.proxy.host, settings.proxy.port, exc)
+        workers.stop(0)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    failed = False
+
+    async def watch_triton() -> None:
+        nonlocal failed
+        if triton is not None:
+            await supervise(triton, settings.triton.max_restarts, stop.is_set)
+            failed = not stop.is_set()
+            stop.set()
+
+    async def watch_workers() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(0.5)
+            workers.replace_dead()
+
+    watchers = [asyncio.create_task(watch_triton()), asyncio.create_task(watch_workers())]
+    try:
+        await stop.wait()
+    finally:
+        for watcher in watchers:
+            watcher.cancel()
+        logger.info("stopping the proxy workers (up to %d s for requests in flight)", settings.proxy.drain_timeout_s)
+        await asyncio.to_thread(workers.stop, settings.proxy.drain_timeout_s + 5)
     return 1 if failed else 0
 
 

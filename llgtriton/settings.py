@@ -42,6 +42,14 @@ class ProxySettings(_Section):
     served_model_name: str | None = Field(
         None, description="Model id shown by /v1/models and accepted in requests; unset: derived from the model."
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Proxy processes sharing the port, each with its own event loop and gRPC channel; one that "
+        "dies is replaced. One process forwards about 10,000 streamed chunks a second: raise this when the proxy, "
+        "not the engine, limits throughput. Metrics and max_concurrent_requests count across all of them.",
+    )
     request_timeout_s: float = Field(600.0, gt=0, description="Longest time one request may take, seconds.")
     drain_timeout_s: int = Field(
         30,

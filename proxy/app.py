@@ -10,6 +10,8 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -33,7 +35,7 @@ from proxy.errors import (
     http_response,
     validation_error,
 )
-from proxy.guards import ApiKeyGuard, ConcurrencyGuard
+from proxy.guards import ApiKeyGuard, ConcurrencyGuard, InFlightCount
 from proxy.metrics import MeteredClient, ProxyMetrics, RequestMetrics
 from proxy.openapi import openapi_document
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, now
@@ -161,9 +163,23 @@ def triton_client(settings: ProxySettings, metrics: ProxyMetrics) -> GenerationC
     return ReplicaPool(clients, metrics)
 
 
-def create_app(settings: ProxySettings, client: GenerationClient | None = None) -> Starlette:
-    """The proxy app; ``client`` defaults to a Triton gRPC client built from ``settings``."""
-    metrics = ProxyMetrics()
+@dataclass(frozen=True)
+class SharedState:
+    """What one of several proxy processes shares with the others (``llgtriton.proxy_workers``)."""
+
+    in_flight: InFlightCount
+    metrics_dir: Path
+
+
+def create_app(
+    settings: ProxySettings, client: GenerationClient | None = None, shared: SharedState | None = None
+) -> Starlette:
+    """The proxy app; ``client`` defaults to a Triton gRPC client built from ``settings``.
+
+    ``shared``: this process is one of several on the same port, and the concurrency limit and
+    the metrics count across all of them.
+    """
+    metrics = ProxyMetrics(None if shared is None else shared.metrics_dir)
     generation_client = MeteredClient(client or triton_client(settings, metrics), metrics)
     model_name = settings.served_model_name or settings.model_name
     handlers = Handlers(settings, Generations(generation_client, model_name), generation_client)
@@ -193,5 +209,6 @@ def create_app(settings: ProxySettings, client: GenerationClient | None = None) 
     if keys := accepted_keys(settings):
         middleware.append(Middleware(ApiKeyGuard, keys=keys))
     if settings.max_concurrent_requests is not None:
-        middleware.append(Middleware(ConcurrencyGuard, limit=settings.max_concurrent_requests))
+        in_flight = None if shared is None else shared.in_flight
+        middleware.append(Middleware(ConcurrencyGuard, limit=settings.max_concurrent_requests, in_flight=in_flight))
     return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan, middleware=middleware)

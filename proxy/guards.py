@@ -7,8 +7,10 @@ logged. Liveness, readiness and metrics stay open, so probes and scrapers need n
 
 from __future__ import annotations
 
+import ctypes
 import hmac
 import logging
+from typing import Protocol
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -54,27 +56,66 @@ class ApiKeyGuard:
         await http_response(error)(scope, receive, send)
 
 
+class InFlightCount(Protocol):
+    """How many generations are in flight, in this process or in all the proxy's processes."""
+
+    def total(self) -> int: ...
+
+    def add(self, delta: int) -> None: ...
+
+
+class LocalInFlight:
+    def __init__(self) -> None:
+        self._count = 0
+
+    def total(self) -> int:
+        return self._count
+
+    def add(self, delta: int) -> None:
+        self._count += delta
+
+
+class SharedInFlight:
+    """One slot per proxy process in shared memory: each writes only its own, and reads the sum.
+
+    No lock: two processes admitting at the same instant can each see room for one more, so the
+    limit can be passed by at most one request per other process, for as long as those requests last.
+    A process that dies leaves its slot to the supervisor, which zeroes it before starting the next.
+    """
+
+    def __init__(self, slots: ctypes.Array[ctypes.c_long], index: int) -> None:
+        self._slots = slots
+        self._index = index
+
+    def total(self) -> int:
+        return sum(slot for slot in self._slots)
+
+    def add(self, delta: int) -> None:
+        self._slots[self._index] += delta
+
+
 class ConcurrencyGuard:
     """At most ``limit`` generation requests at once, counted until their last byte is sent."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, in_flight: InFlightCount | None = None) -> None:
         self._app = app
         self._limit = limit
-        self.in_flight = 0
+        self._in_flight = LocalInFlight() if in_flight is None else in_flight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] not in GENERATION_PATHS:
             await self._app(scope, receive, send)
             return
-        if self.in_flight >= self._limit:
-            logger.info("refused a request: %d of %d in flight", self.in_flight, self._limit)
+        in_flight = self._in_flight.total()
+        if in_flight >= self._limit:
+            logger.info("refused a request: %d of %d in flight", in_flight, self._limit)
             error = RateLimitError(
                 f"the server is handling its limit of {self._limit} requests; retry later", code="rate_limit_exceeded"
             )
             await http_response(error)(scope, receive, send)
             return
-        self.in_flight += 1
+        self._in_flight.add(1)
         try:
             await self._app(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            self._in_flight.add(-1)

@@ -12,6 +12,10 @@
   generations each serves now, and those it refused before starting that went to another.
 
 Each app has its own registry, so several apps in one process (tests) do not share counts.
+With several proxy processes (``--proxy-workers``), prometheus_client's multiprocess mode keeps
+every process's values in files under ``PROMETHEUS_MULTIPROC_DIR``, and ``/metrics``, whichever
+process answers it, sums them: counters and histograms over every process that ever ran, the
+in-flight gauges over the live ones.
 Routes outside the API are counted as ``other`` to keep the label set bounded.
 """
 
@@ -20,8 +24,10 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,13 +42,25 @@ _GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2.5)
 
 
 class ProxyMetrics:
-    def __init__(self) -> None:
+    def __init__(self, multiprocess_dir: Path | None = None) -> None:
+        """``multiprocess_dir``: serve the sums over every proxy process that writes there.
+
+        prometheus_client decides at import whether values live in those files, from the
+        ``PROMETHEUS_MULTIPROC_DIR`` environment variable; the worker sets it first.
+        """
         self.registry = CollectorRegistry()
+        self._exported = self.registry
+        if multiprocess_dir is not None:
+            self._exported = CollectorRegistry()
+            MultiProcessCollector(self._exported, path=str(multiprocess_dir))  # type: ignore[no-untyped-call]
         self.requests = Counter(
             "llgtriton_proxy_requests", "Finished HTTP requests.", ["route", "status"], registry=self.registry
         )
         self.in_flight = Gauge(
-            "llgtriton_proxy_requests_in_flight", "Generation requests being served.", registry=self.registry
+            "llgtriton_proxy_requests_in_flight",
+            "Generation requests being served.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.duration = Histogram(
             "llgtriton_proxy_request_duration_seconds",
@@ -68,6 +86,7 @@ class ProxyMetrics:
             "Generations in flight per Triton replica.",
             ["replica"],
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.replica_retries = Counter(
             "llgtriton_proxy_replica_retries",
@@ -77,7 +96,7 @@ class ProxyMetrics:
         )
 
     async def endpoint(self, request: Request) -> Response:
-        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(self._exported), media_type=CONTENT_TYPE_LATEST)
 
 
 class MeteredClient:
