@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _run_proxy(settings: Settings, triton: TritonProcess | None) -> int:
-    """Serve the OpenAI API until stopped; 1 when it stopped because Triton failed for good."""
+    """Serve the OpenAI API until stopped; 1 when it stopped because Triton (or the proxy's workers)
+    failed for good."""
     if settings.proxy.workers > 1:
         return await _run_proxy_workers(settings, triton)
     from llgtriton.proxy_workers import uvicorn_server
@@ -94,9 +95,12 @@ async def _run_proxy_workers(settings: Settings, triton: TritonProcess | None) -
             stop.set()
 
     async def watch_workers() -> None:
+        nonlocal failed
         while not stop.is_set():
             await asyncio.sleep(0.5)
-            workers.replace_dead()
+            if not stop.is_set() and not workers.replace_dead():
+                failed = True
+                stop.set()
 
     watchers = [asyncio.create_task(watch_triton()), asyncio.create_task(watch_workers())]
     try:

@@ -1,6 +1,6 @@
 """The OpenAI proxy as uvicorn servers: one in this process, or several processes on one port.
 
-One proxy process forwards about 10,000 streamed chunks a second, on one core
+One proxy process forwards 8,000 to 10,000 streamed chunks a second, on one core
 (docs/benchmarks.md, issue 8). With ``--proxy-workers N``, this process binds the port, and N
 spawned workers accept on that one socket, each with its own event loop and its own gRPC channel
 to Triton. The supervisor here starts a new worker when one dies, and on shutdown lets them drain.
@@ -27,6 +27,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 METRICS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 _BACKLOG = 2048  # uvicorn's default
+_EARLY_EXIT_S = 10.0  # a worker that exits sooner than this after starting likely cannot start at all
+_MAX_EARLY_EXITS = 3
 
 
 def uvicorn_server(settings: Settings, shared: SharedState | None = None) -> uvicorn.Server:
@@ -110,14 +113,18 @@ def listen(host: str, port: int) -> socket.socket:
 class ProxyWorkers:
     """``settings.proxy.workers`` proxy processes serving one listening socket."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, target: Callable[..., None] | None = None) -> None:
+        """``target``: what a worker runs, with ``_serve_worker``'s arguments (tests replace it)."""
         self._settings = settings
+        self._target = _serve_worker if target is None else target
         self._count = settings.proxy.workers
         self._context = multiprocessing.get_context("spawn")
         self._slots = self._context.RawArray(ctypes.c_long, self._count)
         self._metrics_dir = Path(tempfile.mkdtemp(prefix="llgtriton-proxy-metrics-"))
         self._listener: socket.socket | None = None
         self._processes: list[BaseProcess] = []
+        self._started = [0.0] * self._count
+        self._early_exits = 0
 
     def start(self) -> None:
         """Bind the port (OSError when it is taken) and start every worker."""
@@ -126,21 +133,38 @@ class ProxyWorkers:
         logger.info("%d proxy workers: pids %s", self._count, ", ".join(str(p.pid) for p in self._processes))
 
     def _spawn(self, index: int) -> BaseProcess:
+        self._started[index] = time.monotonic()
         process = self._context.Process(
-            target=_serve_worker,
+            target=self._target,
             args=(self._settings, self._listener, self._slots, index, self._metrics_dir),
             name=f"llgtriton-proxy-{index}",
         )
         process.start()
         return process
 
-    def replace_dead(self) -> None:
-        """Start a new worker in place of each one that exited; its in-flight requests are gone."""
+    def replace_dead(self) -> bool:
+        """Start a new worker in place of each one that exited; its in-flight requests are gone.
+
+        False, starting none, when workers keep dying right after they start: a worker that cannot
+        serve at all would otherwise be restarted twice a second for ever.
+        """
         from prometheus_client.multiprocess import mark_process_dead
 
         for index, process in enumerate(self._processes):
             if process.is_alive():
                 continue
+            lived = time.monotonic() - self._started[index]
+            self._early_exits = self._early_exits + 1 if lived < _EARLY_EXIT_S else 0
+            if self._early_exits >= _MAX_EARLY_EXITS:
+                logger.error(
+                    "proxy worker %d (pid %s) exited with %s, %d workers in a row within %.0f s of starting; giving up",
+                    index,
+                    process.pid,
+                    process.exitcode,
+                    self._early_exits,
+                    _EARLY_EXIT_S,
+                )
+                return False
             logger.error(
                 "proxy worker %d (pid %s) exited with %s; starting another", index, process.pid, process.exitcode
             )
@@ -149,9 +173,7 @@ class ProxyWorkers:
                 mark_process_dead(process.pid, str(self._metrics_dir))  # type: ignore[no-untyped-call]
             self._slots[index] = 0
             self._processes[index] = self._spawn(index)
-
-    def pids(self) -> list[int | None]:
-        return [process.pid for process in self._processes]
+        return True
 
     def stop(self, timeout: float) -> None:
         """SIGTERM every worker, wait up to ``timeout`` seconds for them to drain, then kill what is left."""

@@ -47,7 +47,7 @@ class ProxySettings(_Section):
         ge=1,
         le=64,
         description="Proxy processes sharing the port, each with its own event loop and gRPC channel; one that "
-        "dies is replaced. One process forwards about 10,000 streamed chunks a second: raise this when the proxy, "
+        "dies is replaced. One process forwards 8,000-10,000 streamed chunks a second: raise this when the proxy, "
         "not the engine, limits throughput. Metrics and max_concurrent_requests count across all of them.",
     )
     request_timeout_s: float = Field(600.0, gt=0, description="Longest time one request may take, seconds.")

@@ -10,9 +10,12 @@ import asyncio
 import ctypes
 import multiprocessing
 import socket
+import time
 
-from llgtriton.proxy_workers import listen
+from llgtriton.proxy_workers import ProxyWorkers, listen
+from llgtriton.settings import ProxySettings, Settings
 from proxy.guards import SharedInFlight
+from tests.conftest import free_port
 
 
 async def test_connections_accepted_on_the_shared_socket_send_small_writes_at_once() -> None:
@@ -45,3 +48,21 @@ def test_every_process_sees_the_sum_of_the_slots() -> None:
     second.add(-2)
     assert first.total() == 1
     assert list(slots) == [1, 0, 0]  # each wrote only its own slot
+
+
+def exit_at_once(*arguments: object) -> None:
+    """A worker that cannot serve: it returns (exit code 0) as soon as it starts."""
+
+
+def test_workers_that_keep_dying_at_start_are_given_up_after_three() -> None:
+    workers = ProxyWorkers(Settings(proxy=ProxySettings(port=free_port(), workers=2)), target=exit_at_once)
+    workers.start()
+    try:
+        replaced: list[bool] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not replaced or replaced[-1]):
+            time.sleep(0.2)
+            replaced.append(workers.replace_dead())
+        assert replaced[-1] is False  # it stopped replacing them, rather than spawning twice a second for ever
+    finally:
+        workers.stop(5)
