@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.kernels.cuda_masking import FLAT_MAX_BYTES, THREADS_PER_BLOCK
+from backend.kernels.cuda_masking import FLAT_MAX_BYTES, THREADS_PER_BLOCK, WORDS_MAX_BYTES
 from bench.mask_kernel import Variant, parse_variant
 
 
@@ -20,6 +20,7 @@ from bench.mask_kernel import Variant, parse_variant
         ("t128:0.5:::128", Variant("t128", 0.5, (), FLAT_MAX_BYTES, 128)),
         ("s0:auto::::0", Variant("s0", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, 0)),
         ("s64:auto::::64", Variant("s64", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, 64 << 20)),
+        ("w0:auto::0:::0", Variant("w0", None, (), 0, THREADS_PER_BLOCK, None, 0)),
     ],
 )
 def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> None:
@@ -28,8 +29,9 @@ def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> N
 
 def test_unset_fields_keep_the_defaults_of_the_kernel_it_is_compared_with() -> None:
     variant = parse_variant("plain:auto")
-    assert (variant.flat_max_bytes, variant.chunk_threads, variant.scatter16_max_bytes) == (
+    assert (variant.flat_max_bytes, variant.chunk_threads, variant.scatter16_max_bytes, variant.words_max_bytes) == (
         FLAT_MAX_BYTES,
         THREADS_PER_BLOCK,
         None,  # the device's L2 size, as the default applier
+        WORDS_MAX_BYTES,
     )

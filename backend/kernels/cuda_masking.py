@@ -58,6 +58,13 @@ NAIVE_KERNELS = {torch.float32: "naive_f32", torch.float16: "naive_f16", torch.b
 FLAT_MAX_BYTES = 8 << 20
 _FLAT_KERNELS = {"mask_f32_v4": "flat_f32_v4", "mask_f16_v8": "flat_f16_v8", "mask_bf16_v8": "flat_bf16_v8"}
 _FLAT_VEC = {"flat_f32_v4": 4, "flat_f16_v8": 8, "flat_bf16_v8": 8}
+# One warp per chunk, every chunk at once (mask_by_word), for aligned 16-bit launches above
+# flat_max_bytes up to WORDS_MAX_BYTES: all-allowed 1.76 against 3.5 us at 16 MB, 1-token 8-10%
+# faster, 50% from 4% slower to 9% faster (docs/benchmarks.md). fp32 keeps the chunked kernel, whose
+# scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us).
+WORDS_MAX_BYTES = 24 << 20
+_WORDS_KERNELS = {"mask_f16_v8": "words_f16", "mask_bf16_v8": "words_bf16"}
+_WORDS = frozenset(_WORDS_KERNELS.values())
 # Launches of 16-bit logits that fit in L2 take the chunked kernel that scatters -inf into mixed
 # vectors instead of reading them (fp32 rows always do: see mask_logits.cu).
 _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_bf16_v8_scatter"}
@@ -121,13 +128,16 @@ class CudaBitmaskApplier:
         flat_max_bytes: int = FLAT_MAX_BYTES,
         chunk_threads: int = THREADS_PER_BLOCK,
         scatter16_max_bytes: int | None = None,
+        words_max_bytes: int = WORDS_MAX_BYTES,
     ) -> None:
         """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
         source), ``graphs=False`` (three driver calls a step, never a captured graph),
         ``flat_max_bytes`` (the largest launch of one vector per thread), ``chunk_threads`` (threads
         per block of the chunked kernels, at most 256) and ``scatter16_max_bytes`` (the largest
         launch of 16-bit logits whose mixed vectors are scattered into; by default the size of the
-        device's L2 cache) exist for the benchmark's comparisons and the tests."""
+        device's L2 cache) and ``words_max_bytes`` (the largest 16-bit launch above
+        ``flat_max_bytes`` of one warp per chunk, every chunk at once) exist for the benchmark's
+        comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -144,6 +154,7 @@ class CudaBitmaskApplier:
         self._wave_blocks: int = int(sms) * (2048 // chunk_threads)
         self._waves = waves
         self._flat_max_bytes = flat_max_bytes
+        self._words_max_bytes = words_max_bytes
         l2_bytes = int(pycuda_device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
         self._scatter16_max_bytes = l2_bytes if scatter16_max_bytes is None else scatter16_max_bytes
         self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
@@ -188,7 +199,8 @@ class CudaBitmaskApplier:
         self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
         self._module = module
         functions = {}
-        for name in [*_KERNELS.values(), *NAIVE_KERNELS.values(), *_FLAT_KERNELS.values(), *_SCATTER_KERNELS.values()]:
+        kernels = (_KERNELS, NAIVE_KERNELS, _FLAT_KERNELS, _SCATTER_KERNELS, _WORDS_KERNELS)
+        for name in [name for table in kernels for name in table.values()]:
             function = _void_p()
             result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode())
             self._driver.check(result, "cuModuleGetFunction")
@@ -384,6 +396,9 @@ class CudaBitmaskApplier:
         if name in _FLAT_VEC:
             per_block = THREADS_PER_BLOCK * _FLAT_VEC[name]
             return (self.vocab_size + per_block - 1) // per_block, rows, THREADS_PER_BLOCK
+        if name in _WORDS:
+            per_block = THREADS_PER_BLOCK * 32
+            return (self.vocab_size + per_block - 1) // per_block, rows, THREADS_PER_BLOCK
         if naive:
             blocks = max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
             return blocks, rows, THREADS_PER_BLOCK
@@ -461,6 +476,8 @@ class CudaBitmaskApplier:
             raise ValueError(f"no mask kernel for {dtype}")
         if not naive and logits_bytes <= self._flat_max_bytes:
             return _FLAT_KERNELS.get(name, name)
+        if not naive and logits_bytes <= self._words_max_bytes:
+            return _WORDS_KERNELS.get(name, name)
         if not naive and logits_bytes <= self._scatter16_max_bytes:
             return _SCATTER_KERNELS.get(name, name)
         return name

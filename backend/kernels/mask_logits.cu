@@ -15,7 +15,9 @@
 //     element i of each word, and the L2 merges the partial writes. Otherwise a mixed vector is
 //     read, selected and written back.
 // VEC == 1 is the path for rows that are not 16-byte aligned (e.g. fp32 with V = 32001).
-// Small launches (mask_flat) are latency-bound instead: one vector per thread.
+// Small launches (mask_flat) are latency-bound instead: one vector per thread. Mid-size 16-bit
+// launches (mask_by_word) take one warp per chunk in a grid that covers every chunk once, with
+// fewer registers than the chunked kernels so that one wave holds them all.
 // Rows are base + row * row_stride for one strided tensor, or an array of pointers for separate
 // per-request tensors (TensorRT-LLM's logits post-processor).
 
@@ -384,6 +386,62 @@ __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, 
     }
 }
 
+// Mid-size launches: one thread per mask word and one warp per chunk of 32 words, in a grid that
+// covers every chunk once (no passes, few registers: one wave holds more warps than the chunked
+// kernels'). A warp whose words all allow everything leaves after one coalesced load. Otherwise
+// the lanes walk the chunk's vectors as the chunked kernel does (consecutive lanes on consecutive
+// vectors, bits from the word's lane by a shuffle): a vector allowed nothing is stored without
+// being read, a mixed one read, selected and written back. Rows must be 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void mask_by_word(T* const* __restrict__ rows, T* base, long long row_stride,
+                                             const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
+                                             int vocab) {
+    constexpr int VEC = 16 / sizeof(T);  // elements per 16-byte vector
+    constexpr int VECS = 32 / VEC;       // vectors per word, and per lane
+    constexpr int PER_WORD = 4 / sizeof(T);
+    constexpr uint32_t ALL = (1u << VEC) - 1u;
+    const int lane = threadIdx.x & 31;
+    const int w = blockIdx.x * blockDim.x + threadIdx.x;
+    const int chunk_first = (w - lane) * 32;  // the warp's first logit
+    if (chunk_first >= vocab) {
+        return;
+    }
+    const uint32_t* __restrict__ mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
+    const uint32_t word = w * 32 >= vocab ? 0xffffffffu : w < mask_words ? __ldg(mask + w) : 0u;
+    if (__all_sync(0xffffffffu, word == 0xffffffffu)) {
+        return;
+    }
+    T* __restrict__ logits = row_of(rows, base, row_stride);
+    const uint32_t p = NegInf<T>::pattern;
+#pragma unroll
+    for (int v = 0; v < VECS; ++v) {
+        const int j = v * 32 + lane;  // the lane's vector within the chunk
+        const uint32_t source = __shfl_sync(0xffffffffu, word, j / VECS);
+        const uint32_t bits = (source >> ((j % VECS) * VEC)) & ALL;
+        const int first = chunk_first + j * VEC;
+        if (first >= vocab || bits == ALL) {
+            continue;
+        }
+        if (first + VEC > vocab) {  // the row's last, partial vector
+            for (int k = 0; first + k < vocab; ++k) {
+                if (!((bits >> k) & 1u)) {
+                    logits[first + k] = neg_inf_scalar<T>();
+                }
+            }
+        } else if (bits == 0u) {
+            *reinterpret_cast<uint4*>(logits + first) = make_uint4(p, p, p, p);
+        } else {
+            const uint4 values = *reinterpret_cast<const uint4*>(logits + first);
+            uint4 out;
+            out.x = select_word<T>(values.x, bits);
+            out.y = select_word<T>(values.y, bits >> PER_WORD);
+            out.z = select_word<T>(values.z, bits >> (2 * PER_WORD));
+            out.w = select_word<T>(values.w, bits >> (3 * PER_WORD));
+            *reinterpret_cast<uint4*>(logits + first) = out;
+        }
+    }
+}
+
 // The plain kernel the benchmark compares against: one thread per logit.
 template <typename T>
 __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base, long long row_stride,
@@ -422,6 +480,8 @@ LLGT_ENTRY(mask_bf16_v1, (mask_rows<bf16, 1, false>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true>(LLGT_ARGS)), float)
 LLGT_ENTRY(flat_f16_v8, (mask_flat<__half, 8, false>(LLGT_ARGS)), __half)
 LLGT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8, false>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(words_f16, (mask_by_word<__half>(LLGT_ARGS)), __half)
+LLGT_ENTRY(words_bf16, (mask_by_word<bf16>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(naive_f32, (mask_naive<float>(LLGT_ARGS)), float)
 LLGT_ENTRY(naive_f16, (mask_naive<__half>(LLGT_ARGS)), __half)
 LLGT_ENTRY(naive_bf16, (mask_naive<bf16>(LLGT_ARGS)), bf16)

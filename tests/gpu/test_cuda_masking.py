@@ -53,7 +53,8 @@ def appliers() -> dict[int, object]:
 # Small batches take the one-vector-per-thread kernel; these force the chunked kernel onto the same
 # cases, each build named with its scatter16_max_bytes: as launches that fit in L2 take it (16-bit
 # mixed vectors scattered into), and as larger 16-bit launches take it (mixed vectors read,
-# selected and written back).
+# selected and written back). The "words" build forces the one-warp-per-chunk kernel of mid-size
+# 16-bit launches onto them (fp32 and unaligned rows keep the chunked kernel there).
 CHUNKED_BUILDS: dict[str, int | None] = {"chunked": None, "chunked_read": 0}
 
 
@@ -64,18 +65,27 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
 
     chunked = {
         (build, vocab): CudaBitmaskApplier(
-            torch.device("cuda"), 16, vocab, flat_max_bytes=0, scatter16_max_bytes=scatter16_max_bytes
+            torch.device("cuda"),
+            16,
+            vocab,
+            flat_max_bytes=0,
+            scatter16_max_bytes=scatter16_max_bytes,
+            words_max_bytes=0,
         )
         for build, scatter16_max_bytes in CHUNKED_BUILDS.items()
         for vocab in VOCABS
     }
-    return {**{("default", vocab): applier for vocab, applier in appliers.items()}, **chunked}
+    words = {
+        ("words", vocab): CudaBitmaskApplier(torch.device("cuda"), 16, vocab, flat_max_bytes=0, words_max_bytes=1 << 40)
+        for vocab in VOCABS
+    }
+    return {**{("default", vocab): applier for vocab, applier in appliers.items()}, **chunked, **words}
 
 
 @pytest.mark.parametrize("vocab", VOCABS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words"])
 def test_kernel_matches_the_reference(
     builds: dict[tuple[str, int], object], vocab: int, dtype: torch.dtype, kind: str, build: str
 ) -> None:
@@ -111,7 +121,7 @@ def test_a_launch_that_prefetches_its_masks_into_l2_masks_like_the_reference(
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words"])
 def test_strided_beam_views_leave_the_padding_alone(
     builds: dict[tuple[str, int], object], dtype: torch.dtype, build: str
 ) -> None:
@@ -129,7 +139,7 @@ def test_strided_beam_views_leave_the_padding_alone(
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words"])
 def test_per_request_tensors_on_a_side_stream(
     builds: dict[tuple[str, int], object], dtype: torch.dtype, build: str
 ) -> None:
