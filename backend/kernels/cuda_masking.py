@@ -57,14 +57,14 @@ NAIVE_KERNELS = {torch.float32: "naive_f32", torch.float16: "naive_f16", torch.b
 # Below this many bytes of logits a launch is latency-bound: one vector per thread (mask_flat).
 FLAT_MAX_BYTES = 8 << 20
 _FLAT_KERNELS = {"mask_f32_v4": "flat_f32_v4", "mask_f16_v8": "flat_f16_v8", "mask_bf16_v8": "flat_bf16_v8"}
-_FLAT_VEC = {"flat_f32_v4": 4, "flat_f16_v8": 8, "flat_bf16_v8": 8}
 # One warp per chunk, every chunk at once (mask_by_word), for aligned 16-bit launches above
 # flat_max_bytes up to WORDS_MAX_BYTES: all-allowed 1.76 against 3.5 us at 16 MB, 1-token 8-10%
 # faster, 50% from 4% slower to 9% faster (docs/benchmarks.md). fp32 keeps the chunked kernel, whose
 # scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us).
 WORDS_MAX_BYTES = 24 << 20
 _WORDS_KERNELS = {"mask_f16_v8": "words_f16", "mask_bf16_v8": "words_bf16"}
-_WORDS = frozenset(_WORDS_KERNELS.values())
+# The kernels whose grid covers every row at once: logits per thread (one vector, or one mask word).
+_LOGITS_PER_THREAD = {"flat_f32_v4": 4, "flat_f16_v8": 8, "flat_bf16_v8": 8, "words_f16": 32, "words_bf16": 32}
 # Launches of 16-bit logits that fit in L2 take the chunked kernel that scatters -inf into mixed
 # vectors instead of reading them (fp32 rows always do: see mask_logits.cu).
 _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_bf16_v8_scatter"}
@@ -393,11 +393,8 @@ class CudaBitmaskApplier:
 
     def _grid(self, name: str, rows: int, naive: bool) -> tuple[int, int, int]:
         """Blocks in x and y (y is the row) and threads per block."""
-        if name in _FLAT_VEC:
-            per_block = THREADS_PER_BLOCK * _FLAT_VEC[name]
-            return (self.vocab_size + per_block - 1) // per_block, rows, THREADS_PER_BLOCK
-        if name in _WORDS:
-            per_block = THREADS_PER_BLOCK * 32
+        if name in _LOGITS_PER_THREAD:
+            per_block = THREADS_PER_BLOCK * _LOGITS_PER_THREAD[name]
             return (self.vocab_size + per_block - 1) // per_block, rows, THREADS_PER_BLOCK
         if naive:
             blocks = max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
