@@ -16,8 +16,8 @@ time to first chunk p50; then what the proxy adds: p50 latency per request and p
 its share of direct throughput.
 
     .venv/bin/python -m bench.proxy_overhead --concurrency 1 16 64 256 --seconds 10
-    # on the GPU machine's 16 cores: four stubs so Triton outruns one proxy process, and two of those
-    python -m bench.proxy_overhead --instances 4 --proxy-workers 2 --concurrency 1 16 64 256 --seconds 6
+    # on the GPU machine's 16 cores: eight stubs so Triton outruns one proxy process, and two of those
+    python -m bench.proxy_overhead --instances 8 --proxy-workers 2 --concurrency 1 16 64 256 --seconds 6
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--proxy-workers",
         type=int,
         default=1,
-        help="proxy processes sharing the port (llgtriton --proxy-workers): one forwards ~10,000 chunks/s",
+        help="proxy processes sharing the port (llgtriton --proxy-workers): one forwards 8,000-10,000 chunks/s",
     )
     parser.add_argument(
         "--client",
