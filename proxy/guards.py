@@ -88,7 +88,7 @@ class SharedInFlight:
         self._index = index
 
     def total(self) -> int:
-        return sum(slot for slot in self._slots)
+        return sum(self._slots)
 
     def add(self, delta: int) -> None:
         self._slots[self._index] += delta
