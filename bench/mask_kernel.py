@@ -206,6 +206,7 @@ class Variant:
     chunk_threads: int = THREADS_PER_BLOCK
     scatter16_max_bytes: int | None = None  # None: the device's L2 size, as the default
     words_max_bytes: int = WORDS_MAX_BYTES
+    flat_per_thread: int | None = None  # None: by launch size, as the default
 
     def applier(self, device: torch.device, rows: int, vocab: int) -> CudaBitmaskApplier:
         return CudaBitmaskApplier(
@@ -218,29 +219,33 @@ class Variant:
             chunk_threads=self.chunk_threads,
             scatter16_max_bytes=self.scatter16_max_bytes,
             words_max_bytes=self.words_max_bytes,
+            flat_per_thread=self.flat_per_thread,
         )
 
 
 VARIANT_HELP = (
-    "label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB]]]]], e.g. ncs:auto:LLGT_STREAM_STORES=0 "
-    "(repeatable)"
+    "label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS]]]]]], "
+    "e.g. ncs:auto:LLGT_STREAM_STORES=0 (repeatable)"
 )
 
 
 def parse_variant(text: str) -> Variant:
-    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB]]]]]``, e.g. ``w1:1``,
-    ``ncs:auto:LLGT_STREAM_STORES=0``, ``flat24:auto::24``, ``t128:auto:::128``, ``s64:auto::::64``
-    or ``words24:auto:::::24`` (auto: waves by launch size; FLAT_MIB: the largest
-    one-vector-per-thread launch; THREADS: threads per block of the chunked kernels; SCATTER16_MIB:
-    the largest 16-bit launch that scatters into mixed vectors; WORDS_MIB: the largest 16-bit launch
-    above FLAT_MIB of one warp per chunk, every chunk at once)."""
+    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS]]]]]]``, e.g.
+    ``w1:1``, ``ncs:auto:LLGT_STREAM_STORES=0``, ``flat24:auto::24``, ``t128:auto:::128``,
+    ``s64:auto::::64``, ``words24:auto:::::24`` or ``v1:auto::::::1`` (auto: waves by launch size;
+    FLAT_MIB: the largest small launch (a few vectors per thread); THREADS: threads per block of the
+    chunked kernels; SCATTER16_MIB: the largest 16-bit launch that scatters into mixed vectors;
+    WORDS_MIB: the largest 16-bit launch above FLAT_MIB of one warp per chunk, every chunk at once;
+    FLAT_VECTORS: 16-byte vectors per thread of the small launches, 1, 2 or 4, instead of by size)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
     flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES
     threads = int(rest[2]) if len(rest) > 2 and rest[2] else THREADS_PER_BLOCK
     scatter16 = int(rest[3]) << 20 if len(rest) > 3 and rest[3] else None
     words = int(rest[4]) << 20 if len(rest) > 4 and rest[4] else WORDS_MAX_BYTES
-    return Variant(label, None if waves == "auto" else float(waves), defines, flat, threads, scatter16, words)
+    vectors = int(rest[5]) if len(rest) > 5 and rest[5] else None
+    waves_value = None if waves == "auto" else float(waves)
+    return Variant(label, waves_value, defines, flat, threads, scatter16, words, vectors)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -21,6 +21,7 @@ from bench.mask_kernel import Variant, parse_variant
         ("s0:auto::::0", Variant("s0", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, 0)),
         ("s64:auto::::64", Variant("s64", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, 64 << 20)),
         ("w0:auto::0:::0", Variant("w0", None, (), 0, THREADS_PER_BLOCK, None, 0)),
+        ("v1:auto::::::1", Variant("v1", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, None, WORDS_MAX_BYTES, 1)),
     ],
 )
 def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> None:
@@ -29,9 +30,11 @@ def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> N
 
 def test_unset_fields_keep_the_defaults_of_the_kernel_it_is_compared_with() -> None:
     variant = parse_variant("plain:auto")
-    assert (variant.flat_max_bytes, variant.chunk_threads, variant.scatter16_max_bytes, variant.words_max_bytes) == (
+    fields = (variant.flat_max_bytes, variant.chunk_threads, variant.scatter16_max_bytes, variant.words_max_bytes)
+    assert (*fields, variant.flat_per_thread) == (
         FLAT_MAX_BYTES,
         THREADS_PER_BLOCK,
         None,  # the device's L2 size, as the default applier
         WORDS_MAX_BYTES,
+        None,  # by launch size, as the default applier
     )

@@ -54,17 +54,23 @@ _KERNELS = {
     (torch.bfloat16, False): "mask_bf16_v1",
 }
 NAIVE_KERNELS = {torch.float32: "naive_f32", torch.float16: "naive_f16", torch.bfloat16: "naive_bf16"}
-# Below this many bytes of logits a launch is latency-bound: one vector per thread (mask_flat).
+# Below this many bytes of logits a launch is latency-bound: a vector or a few per thread (mask_flat).
 FLAT_MAX_BYTES = 8 << 20
 _FLAT_KERNELS = {"mask_f32_v4": "flat_f32_v4", "mask_f16_v8": "flat_f16_v8", "mask_bf16_v8": "flat_bf16_v8"}
+# fp32 small launches whose one-vector grid would take more than 3/4 of a wave of blocks take two
+# vectors per thread instead, half the blocks: all-allowed 1.71 against 1.94 us at 8 x 152k and 2.06
+# against 2.50 at 64 x 32k (docs/benchmarks.md). Smaller launches lose with two (0.95 against 1.00x
+# xgrammar at 8 x 32k), and so do 16-bit rows, whose threads read their logits (3-17%).
+_FLAT_TWO_PER_THREAD = {"flat_f32_v4": "flat_f32_v4_x2"}
+_FLAT_TWO_FROM_WAVE = 0.75
+# Each small-launch kernel: (elements per 16-byte vector, vectors per thread).
+_FLAT_SHAPES = {"flat_f32_v4": (4, 1), "flat_f32_v4_x2": (4, 2), "flat_f16_v8": (8, 1), "flat_bf16_v8": (8, 1)}
 # One warp per chunk, every chunk at once (mask_by_word), for aligned 16-bit launches above
 # flat_max_bytes up to WORDS_MAX_BYTES: all-allowed 1.76 against 3.5 us at 16 MB, 1-token 8-10%
 # faster, 50% from 4% slower to 9% faster (docs/benchmarks.md). fp32 keeps the chunked kernel, whose
 # scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us).
 WORDS_MAX_BYTES = 24 << 20
 _WORDS_KERNELS = {"mask_f16_v8": "words_f16", "mask_bf16_v8": "words_bf16"}
-# The kernels whose grid covers every row at once: logits per thread (one vector, or one mask word).
-_LOGITS_PER_THREAD = {"flat_f32_v4": 4, "flat_f16_v8": 8, "flat_bf16_v8": 8, "words_f16": 32, "words_bf16": 32}
 # Launches of 16-bit logits that fit in L2 take the chunked kernel that scatters -inf into mixed
 # vectors instead of reading them (fp32 rows always do: see mask_logits.cu).
 _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_bf16_v8_scatter"}
@@ -129,15 +135,17 @@ class CudaBitmaskApplier:
         chunk_threads: int = THREADS_PER_BLOCK,
         scatter16_max_bytes: int | None = None,
         words_max_bytes: int = WORDS_MAX_BYTES,
+        flat_per_thread: int | None = None,
     ) -> None:
         """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
         source), ``graphs=False`` (three driver calls a step, never a captured graph),
         ``flat_max_bytes`` (the largest launch of one vector per thread), ``chunk_threads`` (threads
         per block of the chunked kernels, at most 256) and ``scatter16_max_bytes`` (the largest
         launch of 16-bit logits whose mixed vectors are scattered into; by default the size of the
-        device's L2 cache) and ``words_max_bytes`` (the largest 16-bit launch above
-        ``flat_max_bytes`` of one warp per chunk, every chunk at once) exist for the benchmark's
-        comparisons and the tests."""
+        device's L2 cache), ``words_max_bytes`` (the largest 16-bit launch above
+        ``flat_max_bytes`` of one warp per chunk, every chunk at once) and ``flat_per_thread``
+        (vectors per thread of the fp32 small-launch kernel, 1 or 2, instead of by launch
+        size) exist for the benchmark's comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -152,6 +160,10 @@ class CudaBitmaskApplier:
         sms = pycuda_device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
         self._chunk_threads = chunk_threads
         self._wave_blocks: int = int(sms) * (2048 // chunk_threads)
+        self._flat_wave_blocks = int(sms) * (2048 // THREADS_PER_BLOCK)  # (flat_f32_v4's registers allow it)
+        if flat_per_thread not in (None, 1, 2):
+            raise ValueError("flat_per_thread must be 1, 2 or None")
+        self._flat_per_thread = flat_per_thread
         self._waves = waves
         self._flat_max_bytes = flat_max_bytes
         self._words_max_bytes = words_max_bytes
@@ -183,7 +195,11 @@ class CudaBitmaskApplier:
             self._allocate(max_rows)
         finally:
             cuda.Context.pop()
-        # The per-step calls, looked up once (each attribute lookup costs host time on the hot path).
+        self._prepare_steps()
+
+    def _prepare_steps(self) -> None:
+        """The per-step calls, looked up once (each attribute lookup costs host time on the hot path),
+        and the per-step state."""
         lib = self._driver.lib
         self._get_current, self._memcpy, self._record = lib.cuCtxGetCurrent, lib.cuMemcpyHtoDAsync_v2, lib.cuEventRecord
         self._launch_kernel, self._launch_graph = lib.cuLaunchKernel, lib.cuGraphLaunch
@@ -199,8 +215,8 @@ class CudaBitmaskApplier:
         self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
         self._module = module
         functions = {}
-        kernels = (_KERNELS, NAIVE_KERNELS, _FLAT_KERNELS, _SCATTER_KERNELS, _WORDS_KERNELS)
-        for name in [name for table in kernels for name in table.values()]:
+        names = {*_KERNELS.values(), *NAIVE_KERNELS.values(), *_SCATTER_KERNELS.values(), *_WORDS_KERNELS.values()}
+        for name in sorted(names | set(_FLAT_SHAPES)):
             function = _void_p()
             result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode())
             self._driver.check(result, "cuModuleGetFunction")
@@ -391,10 +407,16 @@ class CudaBitmaskApplier:
         ):
             raise RuntimeError(f"cuLaunchKernel({name}) failed")
 
+    def _flat_per_thread_for(self, rows: int) -> int:
+        """fp32 vectors per thread of a small launch: 2 when one each would take most of a wave."""
+        blocks = rows * self._grid("flat_f32_v4", rows, False)[0]
+        return 2 if blocks > _FLAT_TWO_FROM_WAVE * self._flat_wave_blocks else 1
+
     def _grid(self, name: str, rows: int, naive: bool) -> tuple[int, int, int]:
         """Blocks in x and y (y is the row) and threads per block."""
-        if name in _LOGITS_PER_THREAD:
-            per_block = THREADS_PER_BLOCK * _LOGITS_PER_THREAD[name]
+        if name in _FLAT_SHAPES or name in _WORDS_KERNELS.values():  # a few vectors, or a mask word, per thread
+            vector, per_thread = _FLAT_SHAPES.get(name, (32, 1))
+            per_block = THREADS_PER_BLOCK * vector * per_thread
             return (self.vocab_size + per_block - 1) // per_block, rows, THREADS_PER_BLOCK
         if naive:
             blocks = max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
@@ -435,7 +457,7 @@ class CudaBitmaskApplier:
         if not check_only:
             self._pointers[self._max_rows - rows :] = pointers
         aligned = not any(pointer & 15 for pointer in pointers)
-        return self._kernel(dtype, aligned, naive, rows * self.vocab_size * logits[0].element_size()), rows
+        return self._kernel(dtype, aligned, naive, rows), rows
 
     def _tensor_pointers(self, logits: torch.Tensor, naive: bool, check_only: bool) -> tuple[str, int]:
         self._check_rows((logits,), logits.dtype)
@@ -458,7 +480,7 @@ class CudaBitmaskApplier:
             self._row_base, self._row_stride = start, int(steps[0]) if rows > 1 else self.vocab_size
         else:
             self._row_base, self._row_stride = 0, 0
-        return self._kernel(logits.dtype, aligned, naive, rows * self.vocab_size * item), rows
+        return self._kernel(logits.dtype, aligned, naive, rows), rows
 
     def _check_rows(self, rows: Sequence[torch.Tensor], dtype: torch.dtype) -> None:
         """Refuse, naming it, a row the kernel would mask wrongly or write past (one loop, no call per row)."""
@@ -467,12 +489,17 @@ class CudaBitmaskApplier:
             if row.dtype != dtype or row.shape[-1] != vocab or row.stride(-1) != 1 or not row.is_cuda:
                 raise ValueError(f"logits row {index} must be a CUDA tensor [..., {vocab}] of {dtype} with unit stride")
 
-    def _kernel(self, dtype: torch.dtype, aligned: bool, naive: bool, logits_bytes: int) -> str:
+    def _kernel(self, dtype: torch.dtype, aligned: bool, naive: bool, rows: int) -> str:
         name = NAIVE_KERNELS.get(dtype) if naive else _KERNELS.get((dtype, aligned))
         if name is None:
             raise ValueError(f"no mask kernel for {dtype}")
-        if not naive and logits_bytes <= self._flat_max_bytes:
-            return _FLAT_KERNELS.get(name, name)
+        logits_bytes = rows * self.vocab_size * dtype.itemsize
+        if not naive and logits_bytes <= self._flat_max_bytes and name in _FLAT_KERNELS:
+            flat = _FLAT_KERNELS[name]
+            two = _FLAT_TWO_PER_THREAD.get(flat)
+            if two is not None and (self._flat_per_thread or self._flat_per_thread_for(rows)) == 2:
+                return two
+            return flat
         if not naive and logits_bytes <= self._words_max_bytes:
             return _WORDS_KERNELS.get(name, name)
         if not naive and logits_bytes <= self._scatter16_max_bytes:

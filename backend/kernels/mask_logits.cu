@@ -15,9 +15,9 @@
 //     element i of each word, and the L2 merges the partial writes. Otherwise a mixed vector is
 //     read, selected and written back.
 // VEC == 1 is the path for rows that are not 16-byte aligned (e.g. fp32 with V = 32001).
-// Small launches (mask_flat) are latency-bound instead: one vector per thread. Mid-size 16-bit
-// launches (mask_by_word) take one warp per chunk in a grid that covers every chunk once, with
-// fewer registers than the chunked kernels so that one wave holds them all.
+// Small launches (mask_flat) are latency-bound instead: one vector per thread (two for the larger
+// fp32 ones). Mid-size 16-bit launches (mask_by_word) take one warp per chunk in a grid that covers
+// every chunk once, with fewer registers than the chunked kernels so that one wave holds them all.
 // Rows are base + row * row_stride for one strided tensor, or an array of pointers for separate
 // per-request tensors (TensorRT-LLM's logits post-processor).
 
@@ -35,6 +35,7 @@
 //   LLGT_MIXED_SCATTER: 0 makes the chunked kernels read, select and write back every mixed vector;
 //   LLGT_FLAT_SCATTER: 0 makes fp32 small launches load their logits with their mask words (as the
 //                      16-bit ones do) instead of scattering into mixed spans;
+//   LLGT_FLAT_SCATTER16: true makes 16-bit small launches scatter into mixed spans as fp32 ones do;
 //   LLGT_FLAT_MASK_FIRST: 1 makes a reading small launch's thread load its mask word first and its
 //                      logits only when the word's bits are mixed (two latencies in a row for mixed
 //                      vectors, no read for vectors that allow all or nothing);
@@ -74,6 +75,9 @@
 #endif
 #ifndef LLGT_FLAT_SCATTER
 #define LLGT_FLAT_SCATTER 1
+#endif
+#ifndef LLGT_FLAT_SCATTER16
+#define LLGT_FLAT_SCATTER16 false
 #endif
 #ifndef LLGT_PREFETCH_MAX_MIB
 #define LLGT_PREFETCH_MAX_MIB 16
@@ -303,67 +307,84 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
     }
 }
 
-// Small launches are latency-bound: one 16-byte vector per thread, many short threads instead of a
-// few long warps.
+// Small launches are latency-bound: threads on consecutive 16-byte vectors of a row (each access of a
+// warp is coalesced), PER_THREAD vectors per thread (1, or 2 for fp32 launches that would otherwise
+// fill most of a wave: half the blocks to launch), a block's width apart. A thread's loads are all
+// issued before its first store.
 
-// The thread loads its mask word and never reads the logits: a warp with a mixed vector (or the row's
+// The thread loads its mask words and never reads the logits: a warp with a mixed vector (or the row's
 // last, partial one) scatters into its whole span, the other warps' threads store a vector of -inf
 // or leave theirs alone. (Every lane takes part in the vote and the shuffles; lanes past the row
 // allow everything.)
-template <typename T, int VEC>
+template <typename T, int VEC, int PER_THREAD>
 __device__ __forceinline__ void flat_scatter(T* __restrict__ logits, const uint32_t* __restrict__ mask, int mask_words,
-                                             int first, int vocab) {
+                                             int first, int step, int vocab) {
     constexpr uint32_t ALL = (1u << VEC) - 1u;
     const int lane = threadIdx.x & 31;
-    const int w = first >> 5;
-    const uint32_t word = first >= vocab ? 0xffffffffu : w < mask_words ? __ldg(mask + w) : 0u;
-    const uint32_t bits = (word >> (first & 31)) & ALL;
-    if (__any_sync(0xffffffffu, first < vocab && ((bits != ALL && bits != 0u) || first + VEC > vocab))) {
-        scatter_span<T, VEC>(logits, word, 0, 32 / VEC, first - lane * VEC, lane, vocab);  // word k: lane 32k/VEC
-    } else if (first < vocab && bits == 0u) {
-        const uint32_t p = NegInf<T>::pattern;
-        *reinterpret_cast<uint4*>(logits + first) = make_uint4(p, p, p, p);
+    uint32_t words[PER_THREAD];
+#pragma unroll
+    for (int k = 0; k < PER_THREAD; ++k) {
+        const int f = first + k * step;
+        const int w = f >> 5;
+        words[k] = f >= vocab ? 0xffffffffu : w < mask_words ? __ldg(mask + w) : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < PER_THREAD; ++k) {
+        const int f = first + k * step;
+        const uint32_t bits = (words[k] >> (f & 31)) & ALL;
+        if (__any_sync(0xffffffffu, f < vocab && ((bits != ALL && bits != 0u) || f + VEC > vocab))) {
+            scatter_span<T, VEC>(logits, words[k], 0, 32 / VEC, f - lane * VEC, lane, vocab);  // word j: lane 32j/VEC
+        } else if (f < vocab && bits == 0u) {
+            const uint32_t p = NegInf<T>::pattern;
+            *reinterpret_cast<uint4*>(logits + f) = make_uint4(p, p, p, p);
+        }
     }
 }
 
-// The thread loads its logits and its mask word together, selects and writes back.
-template <typename T, int VEC>
+// The thread loads its logits and its mask words together, selects and writes back.
+template <typename T, int VEC, int PER_THREAD>
 __device__ __forceinline__ void flat_read(T* __restrict__ logits, const uint32_t* __restrict__ mask, int mask_words,
-                                          int first, int vocab) {
+                                          int first, int step, int vocab) {
     constexpr uint32_t ALL = (1u << VEC) - 1u;
     constexpr int PER_WORD = 4 / sizeof(T);
-    if (first >= vocab) {
-        return;
-    }
-    const bool full = first + VEC <= vocab;
-    uint4 values = make_uint4(0u, 0u, 0u, 0u);
+    uint4 values[PER_THREAD];
+    uint32_t bits[PER_THREAD];
+#pragma unroll
+    for (int k = 0; k < PER_THREAD; ++k) {
+        const int f = first + k * step;
+        values[k] = make_uint4(0u, 0u, 0u, 0u);
 #if !LLGT_FLAT_MASK_FIRST
-    if (full) {
-        values = *reinterpret_cast<const uint4*>(logits + first);
-    }
+        if (f + VEC <= vocab) {
+            values[k] = *reinterpret_cast<const uint4*>(logits + f);
+        }
 #endif
-    const int w = first >> 5;
-    const uint32_t word = w < mask_words ? __ldg(mask + w) : 0u;
-    const uint32_t bits = (word >> (first & 31)) & ALL;
-    if (bits == ALL) {
-        return;
+        const int w = f >> 5;
+        const uint32_t word = f >= vocab ? 0xffffffffu : w < mask_words ? __ldg(mask + w) : 0u;
+        bits[k] = (word >> (f & 31)) & ALL;
     }
+#pragma unroll
+    for (int k = 0; k < PER_THREAD; ++k) {
+        const int f = first + k * step;
+        if (bits[k] == ALL) {
+            continue;
+        }
+        if (f + VEC <= vocab) {
 #if LLGT_FLAT_MASK_FIRST
-    if (full && bits != 0u) {
-        values = *reinterpret_cast<const uint4*>(logits + first);
-    }
+            if (bits[k] != 0u) {
+                values[k] = *reinterpret_cast<const uint4*>(logits + f);
+            }
 #endif
-    if (full) {
-        uint4 out;
-        out.x = select_word<T>(values.x, bits);
-        out.y = select_word<T>(values.y, bits >> PER_WORD);
-        out.z = select_word<T>(values.z, bits >> (2 * PER_WORD));
-        out.w = select_word<T>(values.w, bits >> (3 * PER_WORD));
-        *reinterpret_cast<uint4*>(logits + first) = out;
-    } else {
-        for (int k = 0; first + k < vocab; ++k) {
-            if (!((bits >> k) & 1u)) {
-                logits[first + k] = neg_inf_scalar<T>();
+            uint4 out;
+            out.x = select_word<T>(values[k].x, bits[k]);
+            out.y = select_word<T>(values[k].y, bits[k] >> PER_WORD);
+            out.z = select_word<T>(values[k].z, bits[k] >> (2 * PER_WORD));
+            out.w = select_word<T>(values[k].w, bits[k] >> (3 * PER_WORD));
+            *reinterpret_cast<uint4*>(logits + f) = out;
+        } else {
+            for (int e = 0; f + e < vocab; ++e) {
+                if (!((bits[k] >> e) & 1u)) {
+                    logits[f + e] = neg_inf_scalar<T>();
+                }
             }
         }
     }
@@ -371,18 +392,19 @@ __device__ __forceinline__ void flat_read(T* __restrict__ logits, const uint32_t
 
 // SCATTER (and LLGT_FLAT_SCATTER): flat_scatter, otherwise flat_read. Scattering 16-bit elements
 // takes twice the store instructions, which a launch this short pays for in its mixed cells: 16-bit
-// rows read.
-template <typename T, int VEC, bool SCATTER>
+// rows read (LLGT_FLAT_SCATTER16=true makes them scatter).
+template <typename T, int VEC, bool SCATTER, int PER_THREAD>
 __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, long long row_stride,
                                           const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
                                           int vocab) {
-    const int first = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    const int first = (blockIdx.x * PER_THREAD * blockDim.x + threadIdx.x) * VEC;
+    const int step = blockDim.x * VEC;  // between a thread's vectors
     T* __restrict__ logits = row_of(rows, base, row_stride);
     const uint32_t* __restrict__ mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
     if constexpr (SCATTER && LLGT_FLAT_SCATTER) {
-        flat_scatter<T, VEC>(logits, mask, mask_words, first, vocab);
+        flat_scatter<T, VEC, PER_THREAD>(logits, mask, mask_words, first, step, vocab);
     } else {
-        flat_read<T, VEC>(logits, mask, mask_words, first, vocab);
+        flat_read<T, VEC, PER_THREAD>(logits, mask, mask_words, first, step, vocab);
     }
 }
 
@@ -477,9 +499,11 @@ LLGT_ENTRY(mask_f16_v1, (mask_rows<__half, 1, false>(LLGT_ARGS)), __half)
 LLGT_ENTRY(mask_bf16_v8, (mask_rows<bf16, 8, false>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(mask_bf16_v8_scatter, (mask_rows<bf16, 8, true>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(mask_bf16_v1, (mask_rows<bf16, 1, false>(LLGT_ARGS)), bf16)
-LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true>(LLGT_ARGS)), float)
-LLGT_ENTRY(flat_f16_v8, (mask_flat<__half, 8, false>(LLGT_ARGS)), __half)
-LLGT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8, false>(LLGT_ARGS)), bf16)
+// Small launches (_x2: two vectors per thread; 16-bit rows lost 3-17% with two, reading both).
+LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true, 1>(LLGT_ARGS)), float)
+LLGT_ENTRY(flat_f32_v4_x2, (mask_flat<float, 4, true, 2>(LLGT_ARGS)), float)
+LLGT_ENTRY(flat_f16_v8, (mask_flat<__half, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), __half)
+LLGT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(words_f16, (mask_by_word<__half>(LLGT_ARGS)), __half)
 LLGT_ENTRY(words_bf16, (mask_by_word<bf16>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(naive_f32, (mask_naive<float>(LLGT_ARGS)), float)

@@ -54,8 +54,10 @@ def appliers() -> dict[int, object]:
 # cases, each build named with its scatter16_max_bytes: as launches that fit in L2 take it (16-bit
 # mixed vectors scattered into), and as larger 16-bit launches take it (mixed vectors read,
 # selected and written back). The "words" build forces the one-warp-per-chunk kernel of mid-size
-# 16-bit launches onto them (fp32 and unaligned rows keep the chunked kernel there).
+# 16-bit launches onto them (fp32 and unaligned rows keep the chunked kernel there). The "flat_x2"
+# build gives the fp32 small-launch kernel two vectors per thread.
 CHUNKED_BUILDS: dict[str, int | None] = {"chunked": None, "chunked_read": 0}
+FLAT_BUILDS = {"flat_x2": 2}
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +81,18 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
         ("words", vocab): CudaBitmaskApplier(torch.device("cuda"), 16, vocab, flat_max_bytes=0, words_max_bytes=1 << 40)
         for vocab in VOCABS
     }
-    return {**{("default", vocab): applier for vocab, applier in appliers.items()}, **chunked, **words}
+    flat = {
+        (build, vocab): CudaBitmaskApplier(torch.device("cuda"), 16, vocab, flat_per_thread=per_thread)
+        for build, per_thread in FLAT_BUILDS.items()
+        for vocab in VOCABS
+    }
+    return {**{("default", vocab): applier for vocab, applier in appliers.items()}, **chunked, **words, **flat}
 
 
 @pytest.mark.parametrize("vocab", VOCABS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words"])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", *FLAT_BUILDS])
 def test_kernel_matches_the_reference(
     builds: dict[tuple[str, int], object], vocab: int, dtype: torch.dtype, kind: str, build: str
 ) -> None:
@@ -99,6 +106,43 @@ def test_kernel_matches_the_reference(
     applier.host_masks(5).copy_(mask)  # type: ignore[attr-defined]
     applier.apply(gpu, torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
     assert same_bits(gpu, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_small_fp32_launch_of_most_of_a_wave_takes_two_vectors_per_thread(
+    appliers: dict[int, object], dtype: torch.dtype
+) -> None:
+    """Rows enough for more than a wave of one-vector threads (8 blocks of 256 per SM), under the
+    small-launch size: fp32 threads take two vectors each, 16-bit ones (which read theirs) one."""
+    vocab = 32001
+    applier = appliers[vocab]
+    item = torch.tensor([], dtype=dtype).element_size()
+    blocks_per_row = -(-vocab * item // (16 * 256))
+    rows = applier._flat_wave_blocks // blocks_per_row + 2  # type: ignore[attr-defined]
+    assert rows * vocab * item <= 8 << 20  # still a small launch
+    generator = torch.Generator().manual_seed(4)
+    mask = masks("random", rows, vocab, generator)
+    mask[::3] = -1  # some rows allow everything, some one token
+    mask[1::3] = 0
+    mask[1::3, 7] = 1 << 5
+    logits = torch.randn((rows, vocab), generator=generator).to(dtype)
+    expected = logits.clone()
+    apply_token_bitmask_cpu(expected, mask)
+    gpu = torch.zeros((rows, vocab + 7), dtype=dtype, device="cuda")[:, :vocab]  # 16-byte aligned rows
+    gpu.copy_(logits.cuda())
+    applier.host_masks(rows).copy_(mask)  # type: ignore[attr-defined]
+    name, _ = applier._set_pointers(gpu, naive=False)  # type: ignore[attr-defined]
+    applier.apply(gpu, torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
+    assert (
+        name == {torch.float32: "flat_f32_v4_x2", torch.float16: "flat_f16_v8", torch.bfloat16: "flat_bf16_v8"}[dtype]
+    )
+    assert same_bits(gpu, expected)
+
+
+def test_the_one_vector_kernels_fit_a_wave_of_eight_blocks_per_sm(appliers: dict[int, object]) -> None:
+    """The choice of two vectors per thread counts 8 blocks of 256 threads per SM: 32 registers at most."""
+    registers = appliers[32001].registers()  # type: ignore[attr-defined]
+    assert all(registers[name] <= 32 for name in ("flat_f32_v4", "flat_f16_v8", "flat_bf16_v8")), registers
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -121,7 +165,7 @@ def test_a_launch_that_prefetches_its_masks_into_l2_masks_like_the_reference(
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words"])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", *FLAT_BUILDS])
 def test_strided_beam_views_leave_the_padding_alone(
     builds: dict[tuple[str, int], object], dtype: torch.dtype, build: str
 ) -> None:
