@@ -236,7 +236,7 @@ def parse_variant(text: str) -> Variant:
     FLAT_MIB: the largest small launch (a few vectors per thread); THREADS: threads per block of the
     chunked kernels; SCATTER16_MIB: the largest 16-bit launch that scatters into mixed vectors;
     WORDS_MIB: the largest 16-bit launch above FLAT_MIB of one warp per chunk, every chunk at once;
-    FLAT_VECTORS: 16-byte vectors per thread of the small launches, 1, 2 or 4, instead of by size)."""
+    FLAT_VECTORS: 16-byte vectors per thread of fp32 small launches, 1 or 2, instead of by size)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
     flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES

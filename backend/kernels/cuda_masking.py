@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -161,9 +162,7 @@ class CudaBitmaskApplier:
         self._chunk_threads = chunk_threads
         self._wave_blocks: int = int(sms) * (2048 // chunk_threads)
         self._flat_wave_blocks = int(sms) * (2048 // THREADS_PER_BLOCK)  # (flat_f32_v4's registers allow it)
-        if flat_per_thread not in (None, 1, 2):
-            raise ValueError("flat_per_thread must be 1, 2 or None")
-        self._flat_per_thread = flat_per_thread
+        self._flat_two_above_rows = self._flat_two_threshold(flat_per_thread)
         self._waves = waves
         self._flat_max_bytes = flat_max_bytes
         self._words_max_bytes = words_max_bytes
@@ -407,10 +406,15 @@ class CudaBitmaskApplier:
         ):
             raise RuntimeError(f"cuLaunchKernel({name}) failed")
 
-    def _flat_per_thread_for(self, rows: int) -> int:
-        """fp32 vectors per thread of a small launch: 2 when one each would take most of a wave."""
-        blocks = rows * self._grid("flat_f32_v4", rows, False)[0]
-        return 2 if blocks > _FLAT_TWO_FROM_WAVE * self._flat_wave_blocks else 1
+    def _flat_two_threshold(self, flat_per_thread: int | None) -> int:
+        """Rows above which an fp32 small launch takes two vectors per thread: where one each would
+        take most of a wave (worked out once, so a step only compares), or as ``flat_per_thread`` says."""
+        if flat_per_thread not in (None, 1, 2):
+            raise ValueError("flat_per_thread must be 1, 2 or None")
+        if flat_per_thread is not None:
+            return 0 if flat_per_thread == 2 else sys.maxsize
+        row_blocks = self._grid("flat_f32_v4", 1, False)[0]
+        return int(_FLAT_TWO_FROM_WAVE * self._flat_wave_blocks) // row_blocks
 
     def _grid(self, name: str, rows: int, naive: bool) -> tuple[int, int, int]:
         """Blocks in x and y (y is the row) and threads per block."""
@@ -497,7 +501,7 @@ class CudaBitmaskApplier:
         if not naive and logits_bytes <= self._flat_max_bytes and name in _FLAT_KERNELS:
             flat = _FLAT_KERNELS[name]
             two = _FLAT_TWO_PER_THREAD.get(flat)
-            if two is not None and (self._flat_per_thread or self._flat_per_thread_for(rows)) == 2:
+            if two is not None and rows > self._flat_two_above_rows:
                 return two
             return flat
         if not naive and logits_bytes <= self._words_max_bytes:
