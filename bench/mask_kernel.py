@@ -30,7 +30,13 @@ from typing import Any
 import torch
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from backend.kernels.cuda_masking import FLAT_MAX_BYTES, THREADS_PER_BLOCK, WORDS_MAX_BYTES, CudaBitmaskApplier
+from backend.kernels.cuda_masking import (
+    FLAT_MAX_BYTES,
+    GROUP_MASK_BYTES,
+    THREADS_PER_BLOCK,
+    WORDS_MAX_BYTES,
+    CudaBitmaskApplier,
+)
 from backend.masking import apply_token_bitmask_cpu
 
 logger = logging.getLogger("bench.mask_kernel")
@@ -207,6 +213,7 @@ class Variant:
     scatter16_max_bytes: int | None = None  # None: the device's L2 size, as the default
     words_max_bytes: int = WORDS_MAX_BYTES
     flat_per_thread: int | None = None  # None: by launch size, as the default
+    group_mask_bytes: int | None = GROUP_MASK_BYTES  # None: one launch whatever the masks' size
 
     def applier(self, device: torch.device, rows: int, vocab: int) -> CudaBitmaskApplier:
         return CudaBitmaskApplier(
@@ -220,23 +227,27 @@ class Variant:
             scatter16_max_bytes=self.scatter16_max_bytes,
             words_max_bytes=self.words_max_bytes,
             flat_per_thread=self.flat_per_thread,
+            group_mask_bytes=self.group_mask_bytes,
         )
 
 
 VARIANT_HELP = (
-    "label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS]]]]]], "
+    "label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB]]]]]]], "
     "e.g. ncs:auto:LLGT_STREAM_STORES=0 (repeatable)"
 )
 
 
 def parse_variant(text: str) -> Variant:
-    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS]]]]]]``, e.g.
+    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB]]]]]]]``, e.g.
     ``w1:1``, ``ncs:auto:LLGT_STREAM_STORES=0``, ``flat24:auto::24``, ``t128:auto:::128``,
-    ``s64:auto::::64``, ``words24:auto:::::24`` or ``v1:auto::::::1`` (auto: waves by launch size;
+    ``s64:auto::::64``, ``words24:auto:::::24``, ``v1:auto::::::1`` or ``one:auto:::::::0``
+    (auto: waves by launch size;
     FLAT_MIB: the largest small launch (a few vectors per thread); THREADS: threads per block of the
     chunked kernels; SCATTER16_MIB: the largest 16-bit launch that scatters into mixed vectors;
     WORDS_MIB: the largest 16-bit launch above FLAT_MIB of one warp per chunk, every chunk at once;
-    FLAT_VECTORS: 16-byte vectors per thread of fp32 small launches, 1 or 2, instead of by size)."""
+    FLAT_VECTORS: 16-byte vectors per thread of fp32 small launches, 1 or 2, instead of by size;
+    GROUP_MIB: chunked launches whose masks exceed it run as row groups whose masks fit, one launch
+    each; 0: one launch whatever the masks' size)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
     flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES
@@ -244,8 +255,9 @@ def parse_variant(text: str) -> Variant:
     scatter16 = int(rest[3]) << 20 if len(rest) > 3 and rest[3] else None
     words = int(rest[4]) << 20 if len(rest) > 4 and rest[4] else WORDS_MAX_BYTES
     vectors = int(rest[5]) if len(rest) > 5 and rest[5] else None
+    group = (int(rest[6]) << 20 or None) if len(rest) > 6 and rest[6] else GROUP_MASK_BYTES
     waves_value = None if waves == "auto" else float(waves)
-    return Variant(label, waves_value, defines, flat, threads, scatter16, words, vectors)
+    return Variant(label, waves_value, defines, flat, threads, scatter16, words, vectors, group)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.kernels.cuda_masking import FLAT_MAX_BYTES, THREADS_PER_BLOCK, WORDS_MAX_BYTES
+from backend.kernels.cuda_masking import FLAT_MAX_BYTES, GROUP_MASK_BYTES, THREADS_PER_BLOCK, WORDS_MAX_BYTES
 from bench.mask_kernel import Variant, parse_variant
 
 
@@ -22,6 +22,14 @@ from bench.mask_kernel import Variant, parse_variant
         ("s64:auto::::64", Variant("s64", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, 64 << 20)),
         ("w0:auto::0:::0", Variant("w0", None, (), 0, THREADS_PER_BLOCK, None, 0)),
         ("v1:auto::::::1", Variant("v1", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, None, WORDS_MAX_BYTES, 1)),
+        (
+            "g8:auto:::::::8",
+            Variant("g8", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, None, WORDS_MAX_BYTES, None, 8 << 20),
+        ),
+        (
+            "one:auto:::::::0",
+            Variant("one", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, None, WORDS_MAX_BYTES, None, None),
+        ),
     ],
 )
 def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> None:
@@ -31,10 +39,11 @@ def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> N
 def test_unset_fields_keep_the_defaults_of_the_kernel_it_is_compared_with() -> None:
     variant = parse_variant("plain:auto")
     fields = (variant.flat_max_bytes, variant.chunk_threads, variant.scatter16_max_bytes, variant.words_max_bytes)
-    assert (*fields, variant.flat_per_thread) == (
+    assert (*fields, variant.flat_per_thread, variant.group_mask_bytes) == (
         FLAT_MAX_BYTES,
         THREADS_PER_BLOCK,
         None,  # the device's L2 size, as the default applier
         WORDS_MAX_BYTES,
         None,  # by launch size, as the default applier
+        GROUP_MASK_BYTES,
     )

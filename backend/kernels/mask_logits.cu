@@ -45,7 +45,9 @@
 //                      (LLGT_PREFETCH_EVICT_LAST=1: marked evict-last in L2);
 //   LLGT_PREFETCH_MAX_MIB, LLGT_PREFETCH_MIN_MIB: a chunked launch of more than MIN MiB of logits
 //                      with at most MAX MiB of masks prefetches all its masks into L2 first (1-token
-//                      cells 4% faster; smaller launches gain nothing and all-allowed ones lose).
+//                      cells 4% faster; smaller launches gain nothing and all-allowed ones lose). The
+//                      loader runs launches with more masks as row groups of at most MAX MiB
+//                      (GROUP_MASK_BYTES in cuda_masking.py, which must match).
 #ifndef LLGT_PHASE_PIECES
 #define LLGT_PHASE_PIECES 4
 #endif

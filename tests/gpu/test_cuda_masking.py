@@ -55,7 +55,9 @@ def appliers() -> dict[int, object]:
 # mixed vectors scattered into), and as larger 16-bit launches take it (mixed vectors read,
 # selected and written back). The "words" build forces the one-warp-per-chunk kernel of mid-size
 # 16-bit launches onto them (fp32 and unaligned rows keep the chunked kernel there). The "flat_x2"
-# build gives the fp32 small-launch kernel two vectors per thread.
+# build gives the fp32 small-launch kernel two vectors per thread. The "grouped" build runs the
+# chunked kernel as row groups of two rows' masks (one launch per group), as launches whose masks
+# exceed GROUP_MASK_BYTES run.
 CHUNKED_BUILDS: dict[str, int | None] = {"chunked": None, "chunked_read": 0}
 FLAT_BUILDS = {"flat_x2": 2}
 
@@ -86,13 +88,25 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
         for build, per_thread in FLAT_BUILDS.items()
         for vocab in VOCABS
     }
-    return {**{("default", vocab): applier for vocab, applier in appliers.items()}, **chunked, **words, **flat}
+    grouped = {
+        ("grouped", vocab): CudaBitmaskApplier(
+            torch.device("cuda"),
+            16,
+            vocab,
+            flat_max_bytes=0,
+            words_max_bytes=0,
+            group_mask_bytes=(vocab + 31) // 32 * 8,
+        )
+        for vocab in VOCABS
+    }
+    default = {("default", vocab): applier for vocab, applier in appliers.items()}
+    return {**default, **chunked, **words, **flat, **grouped}
 
 
 @pytest.mark.parametrize("vocab", VOCABS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", *FLAT_BUILDS])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", *FLAT_BUILDS, "grouped"])
 def test_kernel_matches_the_reference(
     builds: dict[tuple[str, int], object], vocab: int, dtype: torch.dtype, kind: str, build: str
 ) -> None:
@@ -164,8 +178,39 @@ def test_a_launch_that_prefetches_its_masks_into_l2_masks_like_the_reference(
     assert same_bits(logits, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_launch_whose_masks_exceed_the_prefetch_limit_runs_as_row_groups_that_each_prefetch(
+    appliers: dict[int, object], dtype: torch.dtype
+) -> None:
+    """Over 16 MiB of masks: three launches of under 16 MiB of masks and over 128 MiB of logits each
+    (the kernel's prefetch thresholds), replayed from one graph on the second step."""
+    from backend.kernels.cuda_masking import GROUP_MASK_BYTES, CudaBitmaskApplier
+
+    vocab = 151936
+    words = (vocab + 31) // 32
+    rows = 2 * (GROUP_MASK_BYTES // (words * 4)) + 5
+    applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab)
+    groups = applier.row_groups(rows)
+    assert [first for first, _ in groups] == [0, groups[0][1], 2 * groups[0][1]]
+    assert sum(count for _, count in groups) == rows
+    assert max(count for _, count in groups) * words * 4 <= 16 << 20
+    assert min(count for _, count in groups) * vocab * torch.tensor([], dtype=dtype).element_size() > 128 << 20
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.empty((rows, vocab), device="cuda", dtype=dtype)
+    for step, kind in enumerate(["random", "one"]):
+        mask = masks(kind, rows, vocab, generator)
+        mask[::5] = -1  # some rows allow everything
+        logits.copy_(torch.randn((rows, vocab), generator=generator).to(dtype))
+        expected = logits.clone()
+        apply_token_bitmask_cpu(expected, mask.cuda())
+        applier.host_masks(rows).copy_(mask)
+        applier.apply(logits, torch.cuda.current_stream().cuda_stream)
+        assert same_bits(logits, expected), f"step {step}"
+    assert applier.captured_shapes == 1
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", *FLAT_BUILDS])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", *FLAT_BUILDS, "grouped"])
 def test_strided_beam_views_leave_the_padding_alone(
     builds: dict[tuple[str, int], object], dtype: torch.dtype, build: str
 ) -> None:
@@ -183,7 +228,7 @@ def test_strided_beam_views_leave_the_padding_alone(
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words"])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", "grouped"])
 def test_per_request_tensors_on_a_side_stream(
     builds: dict[tuple[str, int], object], dtype: torch.dtype, build: str
 ) -> None:
