@@ -180,7 +180,7 @@ def test_a_launch_that_prefetches_its_masks_into_l2_masks_like_the_reference(
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_launch_whose_masks_exceed_the_prefetch_limit_runs_as_row_groups_that_each_prefetch(
-    appliers: dict[int, object], dtype: torch.dtype
+    dtype: torch.dtype,
 ) -> None:
     """Over 16 MiB of masks: three launches of under 16 MiB of masks and over 128 MiB of logits each
     (the kernel's prefetch thresholds), replayed from one graph on the second step."""
