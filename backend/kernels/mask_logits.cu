@@ -116,6 +116,27 @@ __device__ __forceinline__ uint32_t select_word(uint32_t value, uint32_t bits) {
     }
 }
 
+// Keep the elements of a 16-byte vector whose bits are set (bit k: element k), the others -inf.
+template <typename T> __device__ __forceinline__ uint4 select_vector(uint4 values, uint32_t bits) {
+    constexpr int PER_WORD = 4 / sizeof(T);  // elements in 32 bits
+    uint4 out;
+    out.x = select_word<T>(values.x, bits);
+    out.y = select_word<T>(values.y, bits >> PER_WORD);
+    out.z = select_word<T>(values.z, bits >> (2 * PER_WORD));
+    out.w = select_word<T>(values.w, bits >> (3 * PER_WORD));
+    return out;
+}
+
+// -inf into the disallowed elements of the row's last, partial vector (from `first` to the row's end).
+template <typename T>
+__device__ __forceinline__ void mask_tail(T* __restrict__ logits, int first, uint32_t bits, int vocab) {
+    for (int k = 0; first + k < vocab; ++k) {
+        if (!((bits >> k) & 1u)) {
+            logits[first + k] = neg_inf_scalar<T>();
+        }
+    }
+}
+
 // -inf into one element, marked evict-first like the vector stores.
 template <typename T> __device__ __forceinline__ void store_neg_inf(T* p) {
     if constexpr (sizeof(T) == 4) {
@@ -150,7 +171,6 @@ __device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word
     constexpr int PIECES = 1024 / (32 * VEC);
     constexpr int PHASE = PIECES < LLGT_PHASE_PIECES ? PIECES : LLGT_PHASE_PIECES;
     constexpr uint32_t ALL = (1u << VEC) - 1u;
-    constexpr int PER_WORD = 4 / sizeof(T);  // elements in 32 bits
     // PHASE vectors at a time, loads then stores, so a phase's loads are all in flight before its
     // first store; fewer vectors per phase means fewer registers and more warps per SM.
 #pragma unroll
@@ -190,19 +210,11 @@ __device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word
                     const uint32_t p = NegInf<T>::pattern;
                     out = make_uint4(p, p, p, p);
                 } else {
-                    const uint32_t b = bits[it];
-                    out.x = select_word<T>(values[it].x, b);
-                    out.y = select_word<T>(values[it].y, b >> PER_WORD);
-                    out.z = select_word<T>(values[it].z, b >> (2 * PER_WORD));
-                    out.w = select_word<T>(values[it].w, b >> (3 * PER_WORD));
+                    out = select_vector<T>(values[it], bits[it]);
                 }
                 LLGT_STORE_VEC(reinterpret_cast<uint4*>(logits + first), out);
             } else {  // the row's last, partial vector
-                for (int k = 0; first + k < vocab; ++k) {
-                    if (!((bits[it] >> k) & 1u)) {
-                        logits[first + k] = neg_inf_scalar<T>();
-                    }
-                }
+                mask_tail(logits, first, bits[it], vocab);
             }
         }
     }
@@ -348,7 +360,6 @@ template <typename T, int VEC, int PER_THREAD>
 __device__ __forceinline__ void flat_read(T* __restrict__ logits, const uint32_t* __restrict__ mask, int mask_words,
                                           int first, int step, int vocab) {
     constexpr uint32_t ALL = (1u << VEC) - 1u;
-    constexpr int PER_WORD = 4 / sizeof(T);
     uint4 values[PER_THREAD];
     uint32_t bits[PER_THREAD];
 #pragma unroll
@@ -376,18 +387,9 @@ __device__ __forceinline__ void flat_read(T* __restrict__ logits, const uint32_t
                 values[k] = *reinterpret_cast<const uint4*>(logits + f);
             }
 #endif
-            uint4 out;
-            out.x = select_word<T>(values[k].x, bits[k]);
-            out.y = select_word<T>(values[k].y, bits[k] >> PER_WORD);
-            out.z = select_word<T>(values[k].z, bits[k] >> (2 * PER_WORD));
-            out.w = select_word<T>(values[k].w, bits[k] >> (3 * PER_WORD));
-            *reinterpret_cast<uint4*>(logits + f) = out;
+            *reinterpret_cast<uint4*>(logits + f) = select_vector<T>(values[k], bits[k]);
         } else {
-            for (int e = 0; f + e < vocab; ++e) {
-                if (!((bits[k] >> e) & 1u)) {
-                    logits[f + e] = neg_inf_scalar<T>();
-                }
-            }
+            mask_tail(logits, f, bits[k], vocab);
         }
     }
 }
@@ -422,7 +424,6 @@ __device__ __forceinline__ void mask_by_word(T* const* __restrict__ rows, T* bas
                                              int vocab) {
     constexpr int VEC = 16 / sizeof(T);  // elements per 16-byte vector
     constexpr int VECS = 32 / VEC;       // vectors per word, and per lane
-    constexpr int PER_WORD = 4 / sizeof(T);
     constexpr uint32_t ALL = (1u << VEC) - 1u;
     const int lane = threadIdx.x & 31;
     const int w = blockIdx.x * blockDim.x + threadIdx.x;
@@ -447,21 +448,12 @@ __device__ __forceinline__ void mask_by_word(T* const* __restrict__ rows, T* bas
             continue;
         }
         if (first + VEC > vocab) {  // the row's last, partial vector
-            for (int k = 0; first + k < vocab; ++k) {
-                if (!((bits >> k) & 1u)) {
-                    logits[first + k] = neg_inf_scalar<T>();
-                }
-            }
+            mask_tail(logits, first, bits, vocab);
         } else if (bits == 0u) {
             *reinterpret_cast<uint4*>(logits + first) = make_uint4(p, p, p, p);
         } else {
             const uint4 values = *reinterpret_cast<const uint4*>(logits + first);
-            uint4 out;
-            out.x = select_word<T>(values.x, bits);
-            out.y = select_word<T>(values.y, bits >> PER_WORD);
-            out.z = select_word<T>(values.z, bits >> (2 * PER_WORD));
-            out.w = select_word<T>(values.w, bits >> (3 * PER_WORD));
-            *reinterpret_cast<uint4*>(logits + first) = out;
+            *reinterpret_cast<uint4*>(logits + first) = select_vector<T>(values, bits);
         }
     }
 }
