@@ -82,8 +82,15 @@ GROUP_MASK_BYTES = 16 << 20
 # Launches of 16-bit logits that fit in L2 take the chunked kernel that scatters -inf into mixed
 # vectors instead of reading them (fp32 rows always do: see mask_logits.cu).
 _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_bf16_v8_scatter"}
+# The chunked kernels (mask_rows), the ones launched as row groups when their masks are many.
+_CHUNKED_KERNELS = frozenset({*_KERNELS.values(), *_SCATTER_KERNELS.values()})
 
 _void_p = ctypes.c_void_p
+
+
+def _element_bytes(kernel: str) -> int:
+    """Bytes per logit of a kernel, from its name."""
+    return 4 if "f32" in kernel else 2
 
 
 class _Driver:
@@ -175,7 +182,6 @@ class CudaBitmaskApplier:
         self._flat_two_above_rows = self._flat_two_threshold(flat_per_thread)
         self._waves = waves
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
-        self._grouped = (*_KERNELS.values(), *_SCATTER_KERNELS.values())  # the chunked kernels
         self._flat_max_bytes = flat_max_bytes
         self._words_max_bytes = words_max_bytes
         l2_bytes = int(pycuda_device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
@@ -408,13 +414,14 @@ class CudaBitmaskApplier:
             stride.value = saved
 
     def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
+        grouped = rows > self._group_rows and name in _CHUNKED_KERNELS
         grid = self._grids.get((name, rows))
-        if grid is None:
-            grid = self._grids[(name, rows)] = self._grid(name, rows, naive)
+        if grid is None:  # (row groups: the grid of a full group)
+            grid = self._grids[(name, rows)] = self._grid(name, self._group_rows if grouped else rows, naive)
         self._param_rows.value = self._device_address + self._pointer_bytes - rows * 8
         self._param_base.value, self._param_row_stride.value = self._row_base, self._row_stride
-        if rows > self._group_rows and name in self._grouped:
-            self._launch_groups(name, rows, stream_ptr)
+        if grouped:
+            self._launch_groups(name, rows, grid, stream_ptr)
             return
         if self._launch_kernel(
             self._functions[name], grid[0], grid[1], 1, grid[2], 1, 1, 0, stream_ptr, self._params, None
@@ -428,11 +435,11 @@ class CudaBitmaskApplier:
         size = (rows + groups - 1) // groups
         return [(first, min(size, rows - first)) for first in range(0, rows, size)]
 
-    def _launch_groups(self, name: str, rows: int, stream_ptr: int) -> None:
-        """One launch per row group (the parameters are copied at each launch, so they are set anew
-        for every group), each with the grid of a full group."""
-        element = 4 if "f32" in name else 2
-        row_blocks, _, threads = self._grid(name, self._group_rows, False)
+    def _launch_groups(self, name: str, rows: int, grid: tuple[int, int, int], stream_ptr: int) -> None:
+        """One launch per row group with ``grid``'s blocks per row (the parameters are copied at each
+        launch, so they are set anew for every group)."""
+        element = _element_bytes(name)
+        row_blocks, _, threads = grid
         rows_address, base, masks = self._param_rows.value, self._param_base.value, self._param_masks.value
         try:
             for first, count in self.row_groups(rows):
@@ -465,7 +472,7 @@ class CudaBitmaskApplier:
         if naive:
             blocks = max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
             return blocks, rows, THREADS_PER_BLOCK
-        logits_bytes = rows * self.vocab_size * (4 if "f32" in name else 2)
+        logits_bytes = rows * self.vocab_size * _element_bytes(name)
         waves = self._waves or (1 if logits_bytes <= _ONE_WAVE_MAX_BYTES else _WAVES_LARGE)
         chunks = (self.vocab_size + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
         threads = self._chunk_threads
