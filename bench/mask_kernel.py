@@ -3,9 +3,10 @@
 Measured side by side in one process on one GPU, for every batch x vocab x dtype x mask density:
 kernel time (the GPU time CUPTI records for every kernel and copy of a call, masks already on
 the device, mean of repeated calls), the host time of one full ``apply`` (pointers, one async
-copy, an event, the launch: what the logits post-processor pays per step) in three forms (one
-tensor with a graph replay, the same as three driver calls, and one tensor per request as the
-engines pass them), and the kernel time as a multiple of the bandwidth floor.
+copy, an event, the launch: what the logits post-processor pays per step) in four forms (one
+tensor with a graph replay, the same as three driver calls, one tensor per request as the
+engines pass them, and one tensor with the launch plan set beforehand instead of picked from a
+sample of the masks), and the kernel time as a multiple of the bandwidth floor.
 xgrammar's kernel files are loaded straight from its wheel (``--xgrammar DIR`` = the unpacked
 wheel); its CUDA kernel compiles at load time with nvcc.
 
@@ -36,7 +37,9 @@ from backend.kernels.cuda_masking import (
     THREADS_PER_BLOCK,
     WORDS_MAX_BYTES,
     CudaBitmaskApplier,
+    LaunchPlan,
 )
+from backend.kernels.mask_probe import MaskDensityProbe
 from backend.masking import apply_token_bitmask_cpu
 
 logger = logging.getLogger("bench.mask_kernel")
@@ -148,6 +151,7 @@ def measure_case(
     repeats: int,
     *,
     calls_applier: CudaBitmaskApplier,
+    planned_appliers: dict[LaunchPlan, CudaBitmaskApplier],
     variants: dict[str, CudaBitmaskApplier],
 ) -> dict[str, float]:
     """Check the kernel against the reference, then time every implementation on the same data."""
@@ -174,6 +178,11 @@ def measure_case(
     check_equal(work, expected, "graph replays")  # the replays masked with the same masks again
     calls_applier.host_masks(len(masks)).copy_(masks)
     row["host_calls_us"] = host_time_us(functools.partial(calls_applier.apply, work, stream_ptr), repeats)
+    # The same with the launch plan the masks' sample picks set beforehand: what the sample costs.
+    sparse = MaskDensityProbe(masks.numpy().reshape(-1), masks.shape[1]).mostly_allowed(len(masks))
+    planned = planned_appliers[LaunchPlan.SPARSE if sparse else LaunchPlan.DENSE]
+    planned.host_masks(len(masks)).copy_(masks)
+    row["host_planned_us"] = host_time_us(functools.partial(planned.apply, work, stream_ptr), repeats)
     for label, variant in variants.items():
         check = logits.clone()
         variant.host_masks(len(masks)).copy_(masks)
@@ -214,6 +223,7 @@ class Variant:
     words_max_bytes: int = WORDS_MAX_BYTES
     flat_per_thread: int | None = None  # None: by launch size, as the default
     group_mask_bytes: int | None = GROUP_MASK_BYTES  # None: one launch whatever the masks' size
+    plan: LaunchPlan | None = None  # None: by a sample of each step's masks, as the default
 
     def applier(self, device: torch.device, rows: int, vocab: int) -> CudaBitmaskApplier:
         return CudaBitmaskApplier(
@@ -228,26 +238,29 @@ class Variant:
             words_max_bytes=self.words_max_bytes,
             flat_per_thread=self.flat_per_thread,
             group_mask_bytes=self.group_mask_bytes,
+            plan=self.plan,
         )
 
 
 VARIANT_HELP = (
-    "label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB]]]]]]], "
+    "label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB[:PLAN]]]]]]]], "
     "e.g. ncs:auto:LLGT_STREAM_STORES=0 (repeatable)"
 )
 
 
 def parse_variant(text: str) -> Variant:
-    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB]]]]]]]``, e.g.
-    ``w1:1``, ``ncs:auto:LLGT_STREAM_STORES=0``, ``flat24:auto::24``, ``t128:auto:::128``,
-    ``s64:auto::::64``, ``words24:auto:::::24``, ``v1:auto::::::1`` or ``one:auto:::::::0``
+    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB[:PLAN]]]]]]]]``,
+    e.g. ``w1:1``, ``ncs:auto:LLGT_STREAM_STORES=0``, ``flat24:auto::24``, ``t128:auto:::128``,
+    ``s64:auto::::64``, ``words24:auto:::::24``, ``v1:auto::::::1``, ``one:auto:::::::0`` or
+    ``dense:auto::::::::dense``
     (auto: waves by launch size;
     FLAT_MIB: the largest small launch (a few vectors per thread); THREADS: threads per block of the
     chunked kernels; SCATTER16_MIB: the largest 16-bit launch that scatters into mixed vectors;
     WORDS_MIB: the largest 16-bit launch above FLAT_MIB of one warp per chunk, every chunk at once;
     FLAT_VECTORS: 16-byte vectors per thread of fp32 small launches, 1 or 2, instead of by size;
     GROUP_MIB: chunked launches whose masks exceed it run as row groups whose masks fit, one launch
-    each; 0: one launch whatever the masks' size)."""
+    each; 0: one launch whatever the masks' size; PLAN: dense or sparse, every chunked launch laid out
+    so instead of by a sample of its masks)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
     flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES
@@ -256,8 +269,9 @@ def parse_variant(text: str) -> Variant:
     words = int(rest[4]) << 20 if len(rest) > 4 and rest[4] else WORDS_MAX_BYTES
     vectors = int(rest[5]) if len(rest) > 5 and rest[5] else None
     group = (int(rest[6]) << 20 or None) if len(rest) > 6 and rest[6] else GROUP_MASK_BYTES
+    plan = LaunchPlan(rest[7]) if len(rest) > 7 and rest[7] else None
     waves_value = None if waves == "auto" else float(waves)
-    return Variant(label, waves_value, defines, flat, threads, scatter16, words, vectors, group)
+    return Variant(label, waves_value, defines, flat, threads, scatter16, words, vectors, group, plan)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -295,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for vocab in arguments.vocabs:
         applier = CudaBitmaskApplier(device, max(arguments.batches), vocab)
         calls_applier = CudaBitmaskApplier(device, max(arguments.batches), vocab, graphs=False)
+        planned = {plan: CudaBitmaskApplier(device, max(arguments.batches), vocab, plan=plan) for plan in LaunchPlan}
         variants = {v.label: v.applier(device, max(arguments.batches), vocab) for v in arguments.variant}
         logger.info("registers per thread: %s", applier.registers())
         for dtype_name in arguments.dtypes:
@@ -311,6 +326,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                             xgrammar,
                             arguments.repeats,
                             calls_applier=calls_applier,
+                            planned_appliers=planned,
                             variants=variants,
                         )
                     )

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from backend.kernels.cuda_masking import FLAT_MAX_BYTES, GROUP_MASK_BYTES, THREADS_PER_BLOCK, WORDS_MAX_BYTES
+from backend.kernels.cuda_masking import (
+    FLAT_MAX_BYTES,
+    GROUP_MASK_BYTES,
+    THREADS_PER_BLOCK,
+    WORDS_MAX_BYTES,
+    LaunchPlan,
+)
 from bench.mask_kernel import Variant, parse_variant
 
 
@@ -30,6 +36,21 @@ from bench.mask_kernel import Variant, parse_variant
             "one:auto:::::::0",
             Variant("one", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, None, WORDS_MAX_BYTES, None, None),
         ),
+        (
+            "sparse:0.5::::::::sparse",
+            Variant(
+                "sparse",
+                0.5,
+                (),
+                FLAT_MAX_BYTES,
+                THREADS_PER_BLOCK,
+                None,
+                WORDS_MAX_BYTES,
+                None,
+                GROUP_MASK_BYTES,
+                LaunchPlan.SPARSE,
+            ),
+        ),
     ],
 )
 def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> None:
@@ -39,11 +60,12 @@ def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> N
 def test_unset_fields_keep_the_defaults_of_the_kernel_it_is_compared_with() -> None:
     variant = parse_variant("plain:auto")
     fields = (variant.flat_max_bytes, variant.chunk_threads, variant.scatter16_max_bytes, variant.words_max_bytes)
-    assert (*fields, variant.flat_per_thread, variant.group_mask_bytes) == (
+    assert (*fields, variant.flat_per_thread, variant.group_mask_bytes, variant.plan) == (
         FLAT_MAX_BYTES,
         THREADS_PER_BLOCK,
         None,  # the device's L2 size, as the default applier
         WORDS_MAX_BYTES,
         None,  # by launch size, as the default applier
         GROUP_MASK_BYTES,
+        None,  # by a sample of each step's masks, as the default applier
     )

@@ -12,8 +12,11 @@ on its own stream objects while the engine hands us a raw ``stream_ptr``:
 - the copy and the kernel are queued on the engine's own stream, so they are ordered after the
   forward pass that wrote the logits and before the sampler that reads them, without a sync;
 - an event after the copy tells the next step when the pinned buffer may be rewritten;
-- the copy, the event and the launch of a step shape (kernel, rows, row addressing) seen before
-  are replayed as one captured CUDA graph: one driver call per step instead of three;
+- the copy, the event and the launch of a step shape (kernel, rows, row addressing, launch plan)
+  seen before are replayed as one captured CUDA graph: one driver call per step instead of three;
+- a large launch's grid follows its masks: a sample of their words, read on the host, tells
+  steps that mostly allow everything (the kernel only reads the masks) from steps that make the
+  kernel write (``LaunchPlan``);
 - the device's primary context (the one torch and TensorRT-LLM use) is made current on the
   calling thread when it is not already.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import enum
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -29,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from backend.kernels.mask_probe import MaskDensityProbe
 
 KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
 THREADS_PER_BLOCK = 256
@@ -40,12 +46,13 @@ _CU_STREAM_CAPTURE_MODE_RELAXED = 2  # capturing here leaves other threads' CUDA
 _MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
 _MAX_SEEN = 4096  # shapes seen once, remembered to capture them when they come again
 _CU_FUNC_ATTRIBUTE_NUM_REGS = 4
-# Blocks for the chunked kernel: enough to fill every SM this many times over. Up to
-# _ONE_WAVE_MAX_BYTES of logits, one wave: each warp takes several chunks, and a warp whose
-# chunks all allow everything leaves after one load instead of many blocks doing nothing. Larger
-# launches stream: more waves keep more stores in flight.
-_WAVES_LARGE = 4
-_ONE_WAVE_MAX_BYTES = 128 << 20
+# Blocks of the chunked kernel for masks that mostly allow everything (LaunchPlan.SPARSE): enough
+# to fill every SM this many times over. Up to _SPARSE_HALF_WAVE_MAX_BYTES of logits, half a wave:
+# each warp takes many chunks, four chunks' mask words in flight at a time. Larger launches take
+# four waves (one launch at batch 4096 x 128k: 37 against 45 us with half a wave).
+_SPARSE_WAVES = 0.5
+_SPARSE_WAVES_LARGE = 4
+_SPARSE_HALF_WAVE_MAX_BYTES = 768 << 20
 _KERNELS = {
     (torch.float32, True): "mask_f32_v4",
     (torch.float32, False): "mask_f32_v1",
@@ -72,13 +79,13 @@ _FLAT_SHAPES = {"flat_f32_v4": (4, 1), "flat_f32_v4_x2": (4, 2), "flat_f16_v8": 
 # scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us).
 WORDS_MAX_BYTES = 24 << 20
 _WORDS_KERNELS = {"mask_f16_v8": "words_f16", "mask_bf16_v8": "words_bf16"}
-# A chunked launch whose masks exceed GROUP_MASK_BYTES (the kernel's LLGT_PREFETCH_MAX_MIB, the most
-# masks it prefetches into L2) runs as consecutive row groups whose masks fit, one launch each, every
-# group with the blocks per row of a full group: each launch prefetches its masks before its stores,
-# instead of reading them from DRAM in among the stores. At batch 4096 x 128k-152k the 1-token cells
-# get 7-9% faster and the 50% ones about 1%; all-allowed takes 1.4-1.9x as long (more blocks, and a
-# launch per group) but stays 1.7-3.6x faster than xgrammar (docs/benchmarks.md).
+# Masks that make the kernel write (LaunchPlan.DENSE) take one warp per chunk. A launch of over
+# PREFETCH_MIN_LOGITS_BYTES of logits with at most GROUP_MASK_BYTES of masks prefetches them all into
+# L2 first, so the warps' mask loads do not read DRAM in among the stores (1-token cells 4-9% faster;
+# smaller launches gain nothing). A launch with more masks runs as consecutive row groups whose masks
+# fit, one launch each, and each group prefetches its own (docs/benchmarks.md).
 GROUP_MASK_BYTES = 16 << 20
+PREFETCH_MIN_LOGITS_BYTES = 128 << 20
 # Launches of 16-bit logits that fit in L2 take the chunked kernel that scatters -inf into mixed
 # vectors instead of reading them (fp32 rows always do: see mask_logits.cu).
 _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_bf16_v8_scatter"}
@@ -86,6 +93,19 @@ _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_
 _CHUNKED_KERNELS = frozenset({*_KERNELS.values(), *_SCATTER_KERNELS.values()})
 
 _void_p = ctypes.c_void_p
+
+
+class LaunchPlan(enum.Enum):
+    """How a chunked launch is laid out, chosen per step from a sample of its masks."""
+
+    SPARSE = "sparse"  # most sampled mask words allow everything: few long-lived warps, one launch
+    DENSE = "dense"  # the kernel writes: a warp per chunk, masks prefetched into L2, row groups
+
+
+# A step shape, whose launches are captured as one graph: kernel, rows, row base and stride, and
+# whether a chunked launch takes the sparse plan (None for the other kernels). (A bool, not the
+# enum: hashing an enum member runs Python code, and a step looks its shape up.)
+_Shape = tuple[str, int, int, int, bool | None]
 
 
 def _element_bytes(kernel: str) -> int:
@@ -152,6 +172,7 @@ class CudaBitmaskApplier:
         words_max_bytes: int = WORDS_MAX_BYTES,
         flat_per_thread: int | None = None,
         group_mask_bytes: int | None = GROUP_MASK_BYTES,
+        plan: LaunchPlan | None = None,
     ) -> None:
         """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
         source), ``graphs=False`` (three driver calls a step, never a captured graph),
@@ -161,9 +182,9 @@ class CudaBitmaskApplier:
         device's L2 cache), ``words_max_bytes`` (the largest 16-bit launch above
         ``flat_max_bytes`` of one warp per chunk, every chunk at once), ``flat_per_thread``
         (vectors per thread of the fp32 small-launch kernel, 1 or 2, instead of by launch
-        size) and ``group_mask_bytes`` (chunked launches whose masks exceed it run as row groups
-        whose masks fit, one launch each; None: never) exist for the benchmark's comparisons and the
-        tests."""
+        size), ``group_mask_bytes`` (chunked launches whose masks exceed it run as dense-plan row
+        groups whose masks fit, one launch each; None: never) and ``plan`` (every chunked launch
+        laid out so, instead of by its masks) exist for the benchmark's comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -181,6 +202,7 @@ class CudaBitmaskApplier:
         self._flat_wave_blocks = int(sms) * (2048 // THREADS_PER_BLOCK)  # (flat_f32_v4's registers allow it)
         self._flat_two_above_rows = self._flat_two_threshold(flat_per_thread)
         self._waves = waves
+        self._forced_sparse = None if plan is None else plan is LaunchPlan.SPARSE
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
         self._flat_max_bytes = flat_max_bytes
         self._words_max_bytes = words_max_bytes
@@ -207,8 +229,8 @@ class CudaBitmaskApplier:
             result = self._driver.lib.cuStreamCreate(ctypes.byref(self._capture_stream), _CU_STREAM_NON_BLOCKING)
             self._driver.check(result, "cuStreamCreate")
             self._use_graphs = graphs
-            self._graphs: dict[tuple[str, int, int, int], _void_p] = {}
-            self._seen: set[tuple[str, int, int, int]] = set()
+            self._graphs: dict[_Shape, _void_p] = {}
+            self._seen: set[_Shape] = set()
             self._allocate(max_rows)
         finally:
             cuda.Context.pop()
@@ -222,7 +244,7 @@ class CudaBitmaskApplier:
         self._launch_kernel, self._launch_graph = lib.cuLaunchKernel, lib.cuGraphLaunch
         self._current_holder = _void_p()
         self._current_ref = ctypes.byref(self._current_holder)
-        self._grids: dict[tuple[str, int], tuple[int, int, int]] = {}
+        self._grids: dict[tuple[str, int, bool | None], tuple[int, int, int]] = {}
         self._primary_threads: set[int] = set()
         self._row_base, self._row_stride = 0, 0  # uniform rows: base + row * stride; stride 0: the array
 
@@ -262,17 +284,26 @@ class CudaBitmaskApplier:
         self._device_buffer = cuda.mem_alloc(size)
         self._device_address = int(self._device_buffer)
         self._pointers = self._host[: self._pointer_bytes].view(np.uint64)
-        masks = self._host[self._pointer_bytes :].view(np.int32).reshape(rows, self.words)
-        self._masks = torch.from_numpy(masks)
+        masks = self._host[self._pointer_bytes :].view(np.int32)
+        self._masks = torch.from_numpy(masks.reshape(rows, self.words))
+        self._probe = MaskDensityProbe(masks, self.words)
         # The launch parameters: (rows pointer array, base, row stride in elements (0: use the array),
-        # masks pointer, mask stride, mask words, vocab).
+        # masks pointer, mask stride, mask words, vocab, prefetch the masks into L2 first).
         self._param_rows = ctypes.c_uint64(0)
         self._param_base = ctypes.c_uint64(0)
         self._param_row_stride = ctypes.c_longlong(0)
         self._param_masks = ctypes.c_uint64(self._device_address + self._pointer_bytes)
         self._param_ints = (ctypes.c_int(self.words), ctypes.c_int(self.words), ctypes.c_int(self.vocab_size))
-        holders = (self._param_rows, self._param_base, self._param_row_stride, self._param_masks, *self._param_ints)
-        self._params = (_void_p * 7)(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
+        self._param_prefetch = ctypes.c_int(0)
+        holders = (
+            self._param_rows,
+            self._param_base,
+            self._param_row_stride,
+            self._param_masks,
+            *self._param_ints,
+            self._param_prefetch,
+        )
+        self._params = (_void_p * len(holders))(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
         self._last_tensor = None
         self._drop_graphs()  # they copy from and point into the old buffers
 
@@ -328,7 +359,8 @@ class CudaBitmaskApplier:
 
     def _queue(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
         """The step's copy, event and launch: a graph replay when this shape was seen before."""
-        shape = (name, rows, self._row_base, self._row_stride)
+        sparse = self._sparse(name, rows, naive)
+        shape = (name, rows, self._row_base, self._row_stride, sparse)
         graph = self._graphs.get(shape)
         if graph is None and self._use_graphs and shape in self._seen:
             graph = self._capture(shape, naive)
@@ -341,9 +373,20 @@ class CudaBitmaskApplier:
         if len(self._seen) >= _MAX_SEEN:
             self._seen.clear()
         self._seen.add(shape)
-        self._enqueue(name, rows, stream_ptr, naive)
+        self._enqueue(name, rows, stream_ptr, naive, sparse)
 
-    def _enqueue(self, name: str, rows: int, stream_ptr: int, naive: bool, *, capturing: bool = False) -> None:
+    def _sparse(self, name: str, rows: int, naive: bool) -> bool | None:
+        """Whether a chunked launch takes the sparse plan, from a sample of this step's masks (None
+        for the other kernels)."""
+        if naive or name not in _CHUNKED_KERNELS:
+            return None
+        if self._forced_sparse is not None:
+            return self._forced_sparse
+        return self._probe.mostly_allowed(rows)
+
+    def _enqueue(
+        self, name: str, rows: int, stream_ptr: int, naive: bool, sparse: bool | None, *, capturing: bool = False
+    ) -> None:
         start = self._pointer_bytes - rows * 8  # pointers right before the masks: one copy
         nbytes = self._pointer_bytes + rows * self.words * 4 - start
         if self._memcpy(self._device_address + start, self._host_address + start, nbytes, stream_ptr):
@@ -354,16 +397,16 @@ class CudaBitmaskApplier:
             result = self._record(self._copied, stream_ptr)
         if result:
             raise RuntimeError(f"cuEventRecord failed with CUDA driver error {result}")
-        self._launch(name, rows, stream_ptr, naive)
+        self._launch(name, rows, stream_ptr, naive, sparse)
 
-    def _capture(self, shape: tuple[str, int, int, int], naive: bool) -> _void_p:
+    def _capture(self, shape: _Shape, naive: bool) -> _void_p:
         """Capture the step for ``shape`` (copy, event, launch with today's parameters) as a graph."""
         lib, stream = self._driver.lib, self._capture_stream
-        name, rows = shape[0], shape[1]
+        name, rows, _, _, sparse = shape
         self._driver.check(lib.cuStreamBeginCapture_v2(stream, _CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture")
         graph = _void_p()
         try:
-            self._enqueue(name, rows, stream.value or 0, naive, capturing=True)
+            self._enqueue(name, rows, stream.value or 0, naive, sparse, capturing=True)
         finally:  # end the capture even when a call failed, so the stream stays usable
             ended = lib.cuStreamEndCapture(stream, ctypes.byref(graph))
         self._driver.check(ended, "cuStreamEndCapture")
@@ -409,20 +452,22 @@ class CudaBitmaskApplier:
             stride.value = mask_stride
         try:
             with self._current():
-                self._launch(name, rows, stream_ptr, naive)
+                self._launch(name, rows, stream_ptr, naive, self._sparse(name, rows, naive))
         finally:
             stride.value = saved
 
-    def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
-        grouped = rows > self._group_rows and name in _CHUNKED_KERNELS
-        grid = self._grids.get((name, rows))
+    def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool, sparse: bool | None) -> None:
+        grouped = sparse is False and rows > self._group_rows
+        grid = self._grids.get((name, rows, sparse))
         if grid is None:  # (row groups: the grid of a full group)
-            grid = self._grids[(name, rows)] = self._grid(name, self._group_rows if grouped else rows, naive)
+            grid = self._grid(name, self._group_rows if grouped else rows, naive, sparse)
+            self._grids[(name, rows, sparse)] = grid
         self._param_rows.value = self._device_address + self._pointer_bytes - rows * 8
         self._param_base.value, self._param_row_stride.value = self._row_base, self._row_stride
         if grouped:
             self._launch_groups(name, rows, grid, stream_ptr)
             return
+        self._param_prefetch.value = self._prefetches(name, rows, sparse)
         if self._launch_kernel(
             self._functions[name], grid[0], grid[1], 1, grid[2], 1, 1, 0, stream_ptr, self._params, None
         ):
@@ -446,12 +491,19 @@ class CudaBitmaskApplier:
                 self._param_rows.value = rows_address + first * 8
                 self._param_base.value = base + first * self._row_stride * element
                 self._param_masks.value = masks + first * self.words * 4
+                self._param_prefetch.value = self._prefetches(name, count, sparse=False)
                 if self._launch_kernel(
                     self._functions[name], row_blocks, count, 1, threads, 1, 1, 0, stream_ptr, self._params, None
                 ):
                     raise RuntimeError(f"cuLaunchKernel({name}) failed")
         finally:
             self._param_masks.value = masks
+
+    def _prefetches(self, name: str, rows: int, sparse: bool | None) -> int:
+        """1 when a launch of ``rows`` rows prefetches its masks into L2 before its stores (dense plan)."""
+        masks_fit = rows * self.words * 4 <= GROUP_MASK_BYTES
+        large = rows * self.vocab_size * _element_bytes(name) > PREFETCH_MIN_LOGITS_BYTES
+        return int(sparse is False and masks_fit and large)
 
     def _flat_two_threshold(self, flat_per_thread: int | None) -> int:
         """Rows above which an fp32 small launch takes two vectors per thread: where one each would
@@ -463,7 +515,7 @@ class CudaBitmaskApplier:
         row_blocks = self._grid("flat_f32_v4", 1, False)[0]
         return int(_FLAT_TWO_FROM_WAVE * self._flat_wave_blocks) // row_blocks
 
-    def _grid(self, name: str, rows: int, naive: bool) -> tuple[int, int, int]:
+    def _grid(self, name: str, rows: int, naive: bool, sparse: bool | None = None) -> tuple[int, int, int]:
         """Blocks in x and y (y is the row) and threads per block."""
         if name in _FLAT_SHAPES or name in _WORDS_KERNELS.values():  # a few vectors, or a mask word, per thread
             vector, per_thread = _FLAT_SHAPES.get(name, (32, 1))
@@ -472,12 +524,17 @@ class CudaBitmaskApplier:
         if naive:
             blocks = max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
             return blocks, rows, THREADS_PER_BLOCK
-        logits_bytes = rows * self.vocab_size * _element_bytes(name)
-        waves = self._waves or (1 if logits_bytes <= _ONE_WAVE_MAX_BYTES else _WAVES_LARGE)
         chunks = (self.vocab_size + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
         threads = self._chunk_threads
         warps = threads // 32
         chunk_blocks = (chunks + warps - 1) // warps
+        if self._waves is not None:
+            waves = self._waves
+        elif sparse:
+            large = rows * self.vocab_size * _element_bytes(name) > _SPARSE_HALF_WAVE_MAX_BYTES
+            waves = _SPARSE_WAVES_LARGE if large else _SPARSE_WAVES
+        else:  # a warp per chunk
+            return chunk_blocks, rows, threads
         blocks = max(1, min(chunk_blocks, (int(self._wave_blocks * waves) + rows - 1) // rows))
         return blocks, rows, threads
 

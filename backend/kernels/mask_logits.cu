@@ -43,11 +43,6 @@
 //   LLGT_PREFETCH_ROWS: D > 0 makes the first block of row r prefetch row r + D's mask into L2,
 //                      one burst of reads per row instead of one small read per warp amid the stores
 //                      (LLGT_PREFETCH_EVICT_LAST=1: marked evict-last in L2);
-//   LLGT_PREFETCH_MAX_MIB, LLGT_PREFETCH_MIN_MIB: a chunked launch of more than MIN MiB of logits
-//                      with at most MAX MiB of masks prefetches all its masks into L2 first (1-token
-//                      cells 4% faster; smaller launches gain nothing and all-allowed ones lose). The
-//                      loader runs launches with more masks as row groups of at most MAX MiB
-//                      (GROUP_MASK_BYTES in cuda_masking.py, which must match).
 #ifndef LLGT_PHASE_PIECES
 #define LLGT_PHASE_PIECES 4
 #endif
@@ -80,12 +75,6 @@
 #endif
 #ifndef LLGT_FLAT_SCATTER16
 #define LLGT_FLAT_SCATTER16 false
-#endif
-#ifndef LLGT_PREFETCH_MAX_MIB
-#define LLGT_PREFETCH_MAX_MIB 16
-#endif
-#ifndef LLGT_PREFETCH_MIN_MIB
-#define LLGT_PREFETCH_MIN_MIB 128
 #endif
 #if LLGT_STREAM_STORES
 #define LLGT_STORE_VEC(p, v) __stcs((p), (v))
@@ -239,16 +228,12 @@ __device__ __forceinline__ void load_pass(uint32_t (&words)[CHUNKS_PER_PASS], co
     }
 }
 
-// A large launch whose masks fit in L2 comfortably: the grid's first blocks (one 128-byte line per
-// thread) fetch all the masks into L2 at the start, in one burst of reads, so the warps' own mask
-// loads hit L2 instead of reading DRAM in among the stores. (Not inlined: its registers stay out
-// of the chunk loop's count.)
-__device__ __noinline__ void prefetch_masks(const uint32_t* masks, int mask_stride, long long row_bytes) {
+// A large launch whose masks fit in L2 comfortably (the loader decides: the `prefetch` parameter):
+// the grid's first blocks (one 128-byte line per thread) fetch all the masks into L2 at the start,
+// in one burst of reads, so the warps' own mask loads hit L2 instead of reading DRAM in among the
+// stores. (Not inlined: its registers stay out of the chunk loop's count.)
+__device__ __noinline__ void prefetch_masks(const uint32_t* masks, int mask_stride) {
     const long long mask_bytes = static_cast<long long>(gridDim.y) * mask_stride * 4;
-    if (mask_bytes > (static_cast<long long>(LLGT_PREFETCH_MAX_MIB) << 20) ||
-        gridDim.y * row_bytes <= (static_cast<long long>(LLGT_PREFETCH_MIN_MIB) << 20)) {
-        return;
-    }
     const long long line = (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
     if (line < mask_bytes / 128 + 2) {  // (+2: the masks need not start on a line)
         asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(masks + line * 32));
@@ -259,7 +244,7 @@ __device__ __noinline__ void prefetch_masks(const uint32_t* masks, int mask_stri
 template <typename T, int VEC, bool SCATTER>
 __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, long long row_stride,
                                           const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
-                                          int vocab) {
+                                          int vocab, int prefetch) {
     static_assert(VEC == 1 || VEC * sizeof(T) == 16, "a vector is one element or 16 bytes");
     const int lane = threadIdx.x & 31;
     const int warps = blockDim.x >> 5;
@@ -268,7 +253,9 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
     T* __restrict__ logits = row_of(rows, base, row_stride);
     const uint32_t* __restrict__ mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
 
-    prefetch_masks(masks, mask_stride, static_cast<long long>(vocab) * sizeof(T));
+    if (prefetch) {
+        prefetch_masks(masks, mask_stride);
+    }
 #if LLGT_PREFETCH_ROWS
     if (blockIdx.x == 0 && blockIdx.y + LLGT_PREFETCH_ROWS < gridDim.y) {
         const uint32_t* ahead = masks + static_cast<size_t>(blockIdx.y + LLGT_PREFETCH_ROWS) * mask_stride;
@@ -476,7 +463,7 @@ __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base,
 
 #define LLGT_ENTRY(name, body, T)                                                                    \
     extern "C" __global__ void __launch_bounds__(256, LLGT_MIN_BLOCKS) name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, \
-                                    int mask_stride, int mask_words, int vocab) {                     \
+                                    int mask_stride, int mask_words, int vocab, int prefetch) {       \
         body;                                                                                         \
     }
 #define LLGT_ARGS rows, base, row_stride, masks, mask_stride, mask_words, vocab
@@ -485,14 +472,14 @@ using bf16 = __nv_bfloat16;
 // Mixed vectors: fp32 rows are always scattered into. 16-bit rows take twice the store instructions
 // per byte to scatter into, which pays only while the logits stay in L2 (partial writes that reach
 // DRAM cost a read there anyway): the loader picks the _scatter kernels for launches up to a size.
-LLGT_ENTRY(mask_f32_v4, (mask_rows<float, 4, true>(LLGT_ARGS)), float)
-LLGT_ENTRY(mask_f32_v1, (mask_rows<float, 1, false>(LLGT_ARGS)), float)
-LLGT_ENTRY(mask_f16_v8, (mask_rows<__half, 8, false>(LLGT_ARGS)), __half)
-LLGT_ENTRY(mask_f16_v8_scatter, (mask_rows<__half, 8, true>(LLGT_ARGS)), __half)
-LLGT_ENTRY(mask_f16_v1, (mask_rows<__half, 1, false>(LLGT_ARGS)), __half)
-LLGT_ENTRY(mask_bf16_v8, (mask_rows<bf16, 8, false>(LLGT_ARGS)), bf16)
-LLGT_ENTRY(mask_bf16_v8_scatter, (mask_rows<bf16, 8, true>(LLGT_ARGS)), bf16)
-LLGT_ENTRY(mask_bf16_v1, (mask_rows<bf16, 1, false>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(mask_f32_v4, (mask_rows<float, 4, true>(LLGT_ARGS, prefetch)), float)
+LLGT_ENTRY(mask_f32_v1, (mask_rows<float, 1, false>(LLGT_ARGS, prefetch)), float)
+LLGT_ENTRY(mask_f16_v8, (mask_rows<__half, 8, false>(LLGT_ARGS, prefetch)), __half)
+LLGT_ENTRY(mask_f16_v8_scatter, (mask_rows<__half, 8, true>(LLGT_ARGS, prefetch)), __half)
+LLGT_ENTRY(mask_f16_v1, (mask_rows<__half, 1, false>(LLGT_ARGS, prefetch)), __half)
+LLGT_ENTRY(mask_bf16_v8, (mask_rows<bf16, 8, false>(LLGT_ARGS, prefetch)), bf16)
+LLGT_ENTRY(mask_bf16_v8_scatter, (mask_rows<bf16, 8, true>(LLGT_ARGS, prefetch)), bf16)
+LLGT_ENTRY(mask_bf16_v1, (mask_rows<bf16, 1, false>(LLGT_ARGS, prefetch)), bf16)
 // Small launches (_x2: two vectors per thread; 16-bit rows lost 3-17% with two, reading both).
 LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true, 1>(LLGT_ARGS)), float)
 LLGT_ENTRY(flat_f32_v4_x2, (mask_flat<float, 4, true, 2>(LLGT_ARGS)), float)

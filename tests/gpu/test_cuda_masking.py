@@ -51,21 +51,28 @@ def appliers() -> dict[int, object]:
 
 
 # Small batches take the one-vector-per-thread kernel; these force the chunked kernel onto the same
-# cases, each build named with its scatter16_max_bytes: as launches that fit in L2 take it (16-bit
-# mixed vectors scattered into), and as larger 16-bit launches take it (mixed vectors read,
-# selected and written back). The "words" build forces the one-warp-per-chunk kernel of mid-size
-# 16-bit launches onto them (fp32 and unaligned rows keep the chunked kernel there). The "flat_x2"
-# build gives the fp32 small-launch kernel two vectors per thread. The "grouped" build runs the
-# chunked kernel as row groups of two rows' masks (one launch per group), as launches whose masks
-# exceed GROUP_MASK_BYTES run.
-CHUNKED_BUILDS: dict[str, int | None] = {"chunked": None, "chunked_read": 0}
+# cases, each build named with its scatter16_max_bytes and launch plan: as launches that fit in L2
+# take it (16-bit mixed vectors scattered into), and as larger 16-bit launches take it (mixed vectors
+# read, selected and written back); with the plan a sample of the masks picks (sparse for "all",
+# dense for the others), and with each plan forced onto every kind of mask. The "words" build forces
+# the one-warp-per-chunk kernel of mid-size 16-bit launches onto them (fp32 and unaligned rows keep
+# the chunked kernel there). The "flat_x2" build gives the fp32 small-launch kernel two vectors per
+# thread. The "grouped" build runs the chunked kernel as dense-plan row groups of two rows' masks
+# (one launch per group), as launches whose masks exceed GROUP_MASK_BYTES run.
+CHUNKED_BUILDS: dict[str, tuple[int | None, str | None]] = {
+    "chunked": (None, None),
+    "chunked_read": (0, None),
+    "chunked_sparse": (None, "sparse"),
+    "chunked_read_sparse": (0, "sparse"),
+    "chunked_dense": (None, "dense"),
+}
 FLAT_BUILDS = {"flat_x2": 2}
 
 
 @pytest.fixture(scope="module")
 def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
     """``(build, vocab)``: the default appliers, and the chunked builds forced onto small batches."""
-    from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from backend.kernels.cuda_masking import CudaBitmaskApplier, LaunchPlan
 
     chunked = {
         (build, vocab): CudaBitmaskApplier(
@@ -75,8 +82,9 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
             flat_max_bytes=0,
             scatter16_max_bytes=scatter16_max_bytes,
             words_max_bytes=0,
+            plan=None if plan is None else LaunchPlan(plan),
         )
-        for build, scatter16_max_bytes in CHUNKED_BUILDS.items()
+        for build, (scatter16_max_bytes, plan) in CHUNKED_BUILDS.items()
         for vocab in VOCABS
     }
     words = {
@@ -96,6 +104,7 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
             flat_max_bytes=0,
             words_max_bytes=0,
             group_mask_bytes=(vocab + 31) // 32 * 8,
+            plan=LaunchPlan.DENSE,
         )
         for vocab in VOCABS
     }
@@ -163,7 +172,9 @@ def test_the_one_vector_kernels_fit_a_wave_of_eight_blocks_per_sm(appliers: dict
 def test_a_launch_that_prefetches_its_masks_into_l2_masks_like_the_reference(
     appliers: dict[int, object], dtype: torch.dtype
 ) -> None:
-    """Over 128 MiB of logits with under 16 MiB of masks: the grid prefetches every mask line first."""
+    """Over 128 MiB of logits with under 16 MiB of masks, dense: the grid prefetches every mask line first."""
+    from backend.kernels.cuda_masking import GROUP_MASK_BYTES, PREFETCH_MIN_LOGITS_BYTES
+
     vocab = 128256
     rows = (160 << 20) // (vocab * torch.tensor([], dtype=dtype).element_size()) + 1
     applier = appliers[vocab]
@@ -174,7 +185,7 @@ def test_a_launch_that_prefetches_its_masks_into_l2_masks_like_the_reference(
     apply_token_bitmask_cpu(expected, mask.cuda())
     applier.host_masks(rows).copy_(mask)  # type: ignore[attr-defined]
     applier.apply(logits, torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
-    assert rows * vocab * logits.element_size() > 128 << 20 and mask.numel() * 4 <= 16 << 20  # the kernel's thresholds
+    assert rows * vocab * logits.element_size() > PREFETCH_MIN_LOGITS_BYTES and mask.numel() * 4 <= GROUP_MASK_BYTES
     assert same_bits(logits, expected)
 
 
@@ -183,7 +194,7 @@ def test_a_launch_whose_masks_exceed_the_prefetch_limit_runs_as_row_groups_that_
     dtype: torch.dtype,
 ) -> None:
     """Over 16 MiB of masks: three launches of under 16 MiB of masks and over 128 MiB of logits each
-    (the kernel's prefetch thresholds), replayed from one graph on the second step."""
+    (the prefetch thresholds), replayed from one graph on the second step."""
     from backend.kernels.cuda_masking import GROUP_MASK_BYTES, CudaBitmaskApplier
 
     vocab = 151936
@@ -257,7 +268,9 @@ def test_per_request_tensors_on_a_side_stream(
 @pytest.mark.parametrize("form", ["tensor", "per-request rows"])
 def test_repeated_steps_replay_one_captured_graph_with_each_steps_masks_and_rows(form: str, rows: int) -> None:
     """From the second step of a shape on, the copy, event and launch are one graph replay; each
-    replay must still use that step's masks and, for per-request rows, that step's row addresses."""
+    replay must still use that step's masks and, for per-request rows, that step's row addresses.
+    The chunked kernel's steps whose masks allow everything (steps 1 and 5) take the sparse plan,
+    the others the dense one: a graph each."""
     from backend.kernels.cuda_masking import CudaBitmaskApplier
 
     vocab = 128256
@@ -265,7 +278,7 @@ def test_repeated_steps_replay_one_captured_graph_with_each_steps_masks_and_rows
     generator = torch.Generator().manual_seed(rows)
     stream = torch.cuda.current_stream().cuda_stream
     fixed = torch.empty((rows, vocab), device="cuda")  # the tensor form reuses one buffer, as an engine would
-    for step in range(5):
+    for step in range(6):
         mask = masks(KINDS[step % len(KINDS)], rows, vocab, generator)
         logits = torch.randn((rows, vocab), generator=generator)
         expected = logits.clone()
@@ -274,7 +287,7 @@ def test_repeated_steps_replay_one_captured_graph_with_each_steps_masks_and_rows
         applier.host_masks(rows).copy_(mask)
         applier.apply(gpu if form == "tensor" else [gpu[i].view(1, 1, vocab) for i in range(rows)], stream)
         assert same_bits(gpu, expected), f"step {step}"
-    assert applier.captured_shapes == 1
+    assert applier.captured_shapes == (2 if rows == 32 else 1)
 
 
 def test_a_larger_batch_reallocates_and_drops_the_graphs() -> None:
