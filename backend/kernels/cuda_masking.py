@@ -14,7 +14,7 @@ on its own stream objects while the engine hands us a raw ``stream_ptr``:
 - an event after the copy tells the next step when the pinned buffer may be rewritten;
 - the copy, the event and the launch of a step shape (kernel, rows, row addressing, launch plan)
   seen before are replayed as one captured CUDA graph: one driver call per step instead of three;
-- a large launch's grid follows its masks: a sample of their words, read on the host, tells
+- a large launch's grid follows its masks: a sample of them, read on the host, tells
   steps that mostly allow everything (the kernel only reads the masks) from steps that make the
   kernel write (``LaunchPlan``);
 - the device's primary context (the one torch and TensorRT-LLM use) is made current on the
@@ -98,7 +98,7 @@ _void_p = ctypes.c_void_p
 class LaunchPlan(enum.Enum):
     """How a chunked launch is laid out, chosen per step from a sample of its masks."""
 
-    SPARSE = "sparse"  # most sampled mask words allow everything: few long-lived warps, one launch
+    SPARSE = "sparse"  # most sampled mask bytes allow everything: few long-lived warps, one launch
     DENSE = "dense"  # the kernel writes: a warp per chunk, masks prefetched into L2, row groups
 
 
