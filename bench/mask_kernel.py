@@ -28,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import torch
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
@@ -62,8 +63,24 @@ def load_module(path: Path, name: str) -> ModuleType | None:
     return module
 
 
+STRING_REFUSED_EVERY = 50  # the "string" masks refuse vocab // 50 tokens a row
+
+
 def make_masks(kind: str, batch: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
+    """all: everything allowed; half: random bits; one: one token a row; mixed: even rows allow
+    everything, odd rows one token; string: all but 2% of the tokens, spread over the vocabulary (a
+    JSON string's content refuses the tokens with a quote, a backslash or a control character)."""
     words = (vocab + 31) // 32
+    if kind == "mixed":
+        masks = make_masks("one", batch, vocab, generator)
+        masks[::2] = -1
+        return masks
+    if kind == "string":
+        masks = torch.full((batch, words), -1, dtype=torch.int32)
+        refused = torch.randint(0, vocab, (batch, vocab // STRING_REFUSED_EVERY), generator=generator).numpy()
+        flat_words = np.arange(batch)[:, None] * words + (refused >> 5)
+        np.bitwise_and.at(masks.numpy().reshape(-1), flat_words, (~(np.int64(1) << (refused & 31))).astype(np.int32))
+        return masks
     if kind == "all":
         return torch.full((batch, words), -1, dtype=torch.int32)
     if kind == "half":
@@ -109,11 +126,19 @@ def host_time_us(launch: Callable[[], None], repeats: int) -> float:
 
 
 def floor_us(kind: str, batch: int, vocab: int, dtype: torch.dtype, bandwidth: float) -> float:
-    """The least memory traffic any kernel needs: read the masks; write (1 token) or read and write (50%)."""
+    """The least memory traffic any kernel needs: read the masks; write (1 token) or read and write
+    (50%) every logit; write half the rows' logits (mixed) or the refused ones (string)."""
     item = torch.tensor([], dtype=dtype).element_size()
     mask_bytes = batch * ((vocab + 31) // 32) * 4
     logits_bytes = batch * vocab * item
-    traffic = {"all": mask_bytes, "one": mask_bytes + logits_bytes, "half": mask_bytes + 2 * logits_bytes}[kind]
+    refused_bytes = batch * (vocab // STRING_REFUSED_EVERY) * item  # (at most: a token may be drawn twice)
+    traffic = {
+        "all": mask_bytes,
+        "one": mask_bytes + logits_bytes,
+        "half": mask_bytes + 2 * logits_bytes,
+        "mixed": mask_bytes + logits_bytes // 2,
+        "string": mask_bytes + refused_bytes,
+    }[kind]
     return traffic / bandwidth * 1e6
 
 
@@ -125,7 +150,7 @@ def achievable_us(kind: str, logits: torch.Tensor, repeats: int) -> float | None
     bandwidth that kernel reached. None for all-allowed (reading the masks only: torch has no
     plain read-only kernel to compare with).
     """
-    if kind == "all":
+    if kind not in ("one", "half"):
         return None
     scratch = logits.clone()
     logits_bytes = scratch.numel() * scratch.element_size()

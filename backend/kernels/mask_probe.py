@@ -1,13 +1,15 @@
-"""Whether a step's masks mostly allow everything, from a fixed sample of their bytes.
+"""Whether a step's masks mostly allow everything, from a fixed sample of them.
 
 The chunked kernel's best grid depends on the masks. A step whose masks mostly allow everything
 only reads them: a few long-lived warps with several loads in flight each do that fastest. A step
-whose masks make the kernel write (one token allowed, or a mix) is fastest with one warp per chunk
-and its masks in L2 first. The masks sit in pinned host memory before the launch, so a sample of
-them, read on the host, tells the two apart for about a microsecond.
+whose masks make the kernel write is fastest with one warp per chunk and its masks in L2 first,
+and that includes a JSON string's masks, which refuse only 1-2% of the tokens: those are spread
+over the vocabulary, so hardly a chunk of 1024 tokens allows everything. The masks sit in pinned
+host memory before the launch, so a sample of them, read on the host, tells the two apart for
+about a microsecond.
 
-The sample is bytes (eight tokens each), not words: Python keeps the ints 0-255 preallocated, so
-reading a byte allocates nothing, and a sampled byte that allows all its tokens is 255.
+The sample is 16 runs of 64 tokens (one int64 each). A run that allows all its tokens reads as
+-1, which Python keeps preallocated, so sampling masks that allow everything allocates nothing.
 """
 
 from __future__ import annotations
@@ -18,43 +20,55 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-SAMPLED_BYTES = 16
+SAMPLED_RUNS = 16  # of 64 tokens each
+SPARSE_FROM = 12  # sampled runs that must allow all their tokens for the sparse plan
 _MAX_CACHED_SHAPES = 4096  # row counts whose sample positions are kept
+_ROW_HASH, _WORD_HASH = 2654435761, 2246822519  # odd multipliers (Knuth's and xxHash's primes)
 
 
-def _spread(i: int, count: int, step: int) -> int:
-    """Sample ``i``'s place among ``count``: in the ``i``-th of ``SAMPLED_BYTES`` equal stretches, at
-    an offset that changes from one stretch to the next (``step`` is odd, so the offsets are all
-    different), so a pattern that repeats every few rows is not always sampled at one phase."""
-    offset = (i * step % SAMPLED_BYTES) * count // SAMPLED_BYTES
-    return (i * count + offset) // SAMPLED_BYTES
+def _spread(i: int, count: int, multiplier: int) -> int:
+    """Sample ``i``'s place among ``count``: in the ``i``-th of ``SAMPLED_RUNS`` equal stretches, at
+    an offset that a multiplicative hash of ``i`` picks (``multiplier`` is odd), so that a pattern
+    that repeats every few rows is sampled at all its phases, not always at the same one."""
+    start = i * count // SAMPLED_RUNS
+    width = max(1, (i + 1) * count // SAMPLED_RUNS - start)
+    return start + (i * multiplier >> 7) % width
 
 
 class MaskDensityProbe:
-    """Samples ``SAMPLED_BYTES`` bytes of the first ``rows`` mask rows, spread over the rows and over
-    the vocabulary."""
+    """Samples ``SAMPLED_RUNS`` runs of 64 tokens of the first ``rows`` mask rows, spread over the
+    rows and over the vocabulary."""
 
     def __init__(self, masks: npt.NDArray[np.int32], words_per_row: int) -> None:
-        """``masks``: the flat int32 buffer the rows are written to, ``words_per_row`` apart."""
+        """``masks``: the flat int32 buffer the rows are written to, ``words_per_row`` apart (its
+        start 8-byte aligned)."""
         if masks.dtype != np.int32 or masks.ndim != 1:
             raise ValueError("masks must be a flat int32 array")
-        self._bytes = masks.data.cast("B")
+        whole = masks.size // 2 * 8  # bytes in whole int64s
+        self._runs = masks.data.cast("B")[:whole].cast("q")
+        self._words = masks.size
         self._words_per_row = words_per_row
         self._samplers: dict[int, Callable[[memoryview], tuple[int, ...]]] = {}
 
     def positions(self, rows: int) -> list[int]:
-        """The byte offsets sampled from ``rows`` rows: sample ``i`` lies in the ``i``-th of
-        ``SAMPLED_BYTES`` equal stretches of the rows, and of each row's words."""
+        """The int64 indices sampled from ``rows`` rows: sample ``i`` starts in the ``i``-th of
+        ``SAMPLED_RUNS`` equal stretches of the rows, and of each row's words."""
         per_row = self._words_per_row
-        if rows < 1 or rows * per_row * 4 > len(self._bytes):
+        if rows < 1 or rows * per_row > self._words:
             raise ValueError(f"{rows} rows do not fit the mask buffer")
-        return [4 * (_spread(i, rows, 7) * per_row + _spread(i, per_row, 5)) + i % 4 for i in range(SAMPLED_BYTES)]
+        last = rows * per_row // 2 - 1  # the last int64 wholly inside these rows
+        return [
+            min(last, (_spread(i, rows, _ROW_HASH) * per_row + _spread(i, per_row, _WORD_HASH)) // 2)
+            for i in range(SAMPLED_RUNS)
+        ]
 
     def mostly_allowed(self, rows: int) -> bool:
-        """At least half the sampled bytes allow all their tokens."""
+        """At least ``SPARSE_FROM`` of the sampled runs allow all their tokens."""
         sampler = self._samplers.get(rows)
         if sampler is None:
+            if rows * self._words_per_row < 2:  # not one whole run to sample
+                return False
             if len(self._samplers) >= _MAX_CACHED_SHAPES:
                 self._samplers.clear()
             sampler = self._samplers[rows] = operator.itemgetter(*self.positions(rows))
-        return 2 * sampler(self._bytes).count(255) >= SAMPLED_BYTES
+        return sampler(self._runs).count(-1) >= SPARSE_FROM
