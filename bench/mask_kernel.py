@@ -64,6 +64,7 @@ def load_module(path: Path, name: str) -> ModuleType | None:
 
 
 STRING_REFUSED_EVERY = 50  # the "string" masks refuse vocab // 50 tokens a row
+MASK_KINDS = ("all", "half", "one", "mixed", "string")
 
 
 def make_masks(kind: str, batch: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
@@ -304,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 256, 1024, 4096])
     parser.add_argument("--vocabs", type=int, nargs="+", default=[32000, 128256, 151936])
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=sorted(DTYPES))
-    parser.add_argument("--kinds", nargs="+", default=["all", "half", "one"])
+    parser.add_argument("--kinds", nargs="+", default=["all", "half", "one"], choices=MASK_KINDS)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--xgrammar", type=Path, help="unpacked xgrammar wheel (its kernels/ folder)")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from backend.kernels.cuda_masking import (
     FLAT_MAX_BYTES,
@@ -11,7 +12,7 @@ from backend.kernels.cuda_masking import (
     WORDS_MAX_BYTES,
     LaunchPlan,
 )
-from bench.mask_kernel import Variant, parse_variant
+from bench.mask_kernel import MASK_KINDS, Variant, floor_us, main, make_masks, parse_variant
 
 
 @pytest.mark.parametrize(
@@ -69,3 +70,29 @@ def test_unset_fields_keep_the_defaults_of_the_kernel_it_is_compared_with() -> N
         GROUP_MASK_BYTES,
         None,  # by a sample of each step's masks, as the default applier
     )
+
+
+def test_an_unknown_mask_kind_is_refused_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--kinds", "all", "halve"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'halve'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", MASK_KINDS)
+def test_every_mask_kind_has_masks_and_a_floor(kind: str) -> None:
+    vocab = 1000
+    masks = make_masks(kind, 4, vocab, torch.Generator().manual_seed(0))
+    allowed = [sum(bin(word & 0xFFFFFFFF).count("1") for word in row) for row in masks.tolist()]
+    expected = {
+        "all": [32 * masks.shape[1]] * 4,
+        "one": [1] * 4,
+        "mixed": [32 * masks.shape[1], 1] * 2,
+    }
+    if kind in expected:
+        assert allowed == expected[kind]
+    elif kind == "string":
+        assert all(32 * masks.shape[1] - vocab // 50 <= a < 32 * masks.shape[1] for a in allowed)
+    else:  # half: random bits
+        assert all(0.4 < a / (32 * masks.shape[1]) < 0.6 for a in allowed)
+    assert floor_us(kind, 4, vocab, torch.float32, 3.35e12) > 0

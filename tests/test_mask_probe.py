@@ -94,7 +94,10 @@ def test_each_sample_lies_in_its_own_stretch_of_the_rows_and_inside_them(rows: i
 
 
 def test_a_single_word_of_masks_is_dense() -> None:
-    assert not MaskDensityProbe(np.full(1, -1, dtype=np.int32), 1).mostly_allowed(1)
+    probe = MaskDensityProbe(np.full(1, -1, dtype=np.int32), 1)
+    assert not probe.mostly_allowed(1)
+    with pytest.raises(ValueError, match="no whole run"):
+        probe.positions(1)
 
 
 def test_more_rows_than_the_buffer_holds_are_refused() -> None:

@@ -98,7 +98,7 @@ _void_p = ctypes.c_void_p
 class LaunchPlan(enum.Enum):
     """How a chunked launch is laid out, chosen per step from a sample of its masks."""
 
-    SPARSE = "sparse"  # most sampled mask bytes allow everything: few long-lived warps, one launch
+    SPARSE = "sparse"  # nearly every sampled run of the masks allows everything: few long-lived warps
     DENSE = "dense"  # the kernel writes: a warp per chunk, masks prefetched into L2, row groups
 
 

@@ -56,6 +56,8 @@ class MaskDensityProbe:
         per_row = self._words_per_row
         if rows < 1 or rows * per_row > self._words:
             raise ValueError(f"{rows} rows do not fit the mask buffer")
+        if rows * per_row < 2:
+            raise ValueError("one mask word holds no whole run of 64 tokens to sample")
         last = rows * per_row // 2 - 1  # the last int64 wholly inside these rows
         return [
             min(last, (_spread(i, rows, _ROW_HASH) * per_row + _spread(i, per_row, _WORD_HASH)) // 2)
