@@ -8,7 +8,9 @@ on its own stream objects while the engine hands us a raw ``stream_ptr``:
 - the module is loaded and its functions looked up once; the launch parameters live in ctypes
   holders prepared once, so a launch packs nothing in Python (a "prepared call");
 - a step's row pointers and masks share one pinned host buffer (llguidance fills the masks in
-  place; the pointers sit right before them) and go to the device in one asynchronous copy;
+  place; the pointers sit right before them) and go to the device in one asynchronous copy: a
+  small kernel that reads the buffer over the bus (it is mapped into the device's address space),
+  because a kernel node costs the host less to launch than a copy node;
 - the copy and the kernel are queued on the engine's own stream, so they are ordered after the
   forward pass that wrote the logits and before the sampler that reads them, without a sync;
 - an event after the copy tells the next step when the pinned buffer may be rewritten;
@@ -92,6 +94,9 @@ _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_
 # The chunked kernels (mask_rows), the ones launched as row groups when their masks are many.
 _CHUNKED_KERNELS = frozenset({*_KERNELS.values(), *_SCATTER_KERNELS.values()})
 
+# Copies a step's pointers and masks from the mapped pinned buffer to the device (mask_logits.cu).
+_COPY_KERNEL = "copy_from_host"
+
 _void_p = ctypes.c_void_p
 
 
@@ -173,6 +178,7 @@ class CudaBitmaskApplier:
         flat_per_thread: int | None = None,
         group_mask_bytes: int | None = GROUP_MASK_BYTES,
         plan: LaunchPlan | None = None,
+        copy_kernel: bool = True,
     ) -> None:
         """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
         source), ``graphs=False`` (three driver calls a step, never a captured graph),
@@ -183,8 +189,10 @@ class CudaBitmaskApplier:
         ``flat_max_bytes`` of one warp per chunk, every chunk at once), ``flat_per_thread``
         (vectors per thread of the fp32 small-launch kernel, 1 or 2, instead of by launch
         size), ``group_mask_bytes`` (chunked launches whose masks exceed it run as dense-plan row
-        groups whose masks fit, one launch each; None: never) and ``plan`` (every chunked launch
-        laid out so, instead of by its masks) exist for the benchmark's comparisons and the tests."""
+        groups whose masks fit, one launch each; None: never), ``plan`` (every chunked launch
+        laid out so, instead of by its masks) and ``copy_kernel=False`` (the step's copy is a
+        cuMemcpyHtoDAsync on the copy engine instead of the copy kernel) exist for the benchmark's
+        comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -203,6 +211,7 @@ class CudaBitmaskApplier:
         self._flat_two_above_rows = self._flat_two_threshold(flat_per_thread)
         self._waves = waves
         self._forced_sparse = None if plan is None else plan is LaunchPlan.SPARSE
+        self._copy_kernel = copy_kernel
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
         self._flat_max_bytes = flat_max_bytes
         self._words_max_bytes = words_max_bytes
@@ -254,7 +263,13 @@ class CudaBitmaskApplier:
         self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
         self._module = module
         functions = {}
-        names = {*_KERNELS.values(), *NAIVE_KERNELS.values(), *_SCATTER_KERNELS.values(), *_WORDS_KERNELS.values()}
+        names = {
+            *_KERNELS.values(),
+            *NAIVE_KERNELS.values(),
+            *_SCATTER_KERNELS.values(),
+            *_WORDS_KERNELS.values(),
+            _COPY_KERNEL,
+        }
         for name in sorted(names | set(_FLAT_SHAPES)):
             function = _void_p()
             result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode())
@@ -279,12 +294,14 @@ class CudaBitmaskApplier:
         self._max_rows = rows
         self._pointer_bytes = rows * 8
         size = self._pointer_bytes + rows * self.words * 4
-        self._host = cuda.pagelocked_empty(size, dtype=np.uint8)
+        # (+ 16: the copy kernel copies whole 16-byte vectors, so its last may run past the masks.)
+        self._host = cuda.pagelocked_empty(size + 16, dtype=np.uint8, mem_flags=cuda.host_alloc_flags.DEVICEMAP)
         self._host_address = int(self._host.ctypes.data)
-        self._device_buffer = cuda.mem_alloc(size)
+        self._host_mapped_address = int(self._host.base.get_device_pointer())
+        self._device_buffer = cuda.mem_alloc(size + 16)
         self._device_address = int(self._device_buffer)
         self._pointers = self._host[: self._pointer_bytes].view(np.uint64)
-        masks = self._host[self._pointer_bytes :].view(np.int32)
+        masks = self._host[self._pointer_bytes : size].view(np.int32)
         self._masks = torch.from_numpy(masks.reshape(rows, self.words))
         self._probe = MaskDensityProbe(masks, self.words)
         # The launch parameters: (rows pointer array, base, row stride in elements (0: use the array),
@@ -304,6 +321,11 @@ class CudaBitmaskApplier:
             self._param_prefetch,
         )
         self._params = (_void_p * len(holders))(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
+        # The copy kernel's: (source, target, 16-byte vectors).
+        self._copy_source, self._copy_target = ctypes.c_uint64(), ctypes.c_uint64()
+        self._copy_vectors = ctypes.c_longlong()
+        copy_holders = (self._copy_source, self._copy_target, self._copy_vectors)
+        self._copy_params = (_void_p * 3)(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in copy_holders))
         self._last_tensor = None
         self._drop_graphs()  # they copy from and point into the old buffers
 
@@ -387,10 +409,7 @@ class CudaBitmaskApplier:
     def _enqueue(
         self, name: str, rows: int, stream_ptr: int, naive: bool, sparse: bool | None, *, capturing: bool = False
     ) -> None:
-        start = self._pointer_bytes - rows * 8  # pointers right before the masks: one copy
-        nbytes = self._pointer_bytes + rows * self.words * 4 - start
-        if self._memcpy(self._device_address + start, self._host_address + start, nbytes, stream_ptr):
-            raise RuntimeError("cuMemcpyHtoDAsync failed")
+        self._copy(rows, stream_ptr)
         if capturing:
             result = self._driver.lib.cuEventRecordWithFlags(self._copied, stream_ptr, _CU_EVENT_RECORD_EXTERNAL)
         else:
@@ -398,6 +417,25 @@ class CudaBitmaskApplier:
         if result:
             raise RuntimeError(f"cuEventRecord failed with CUDA driver error {result}")
         self._launch(name, rows, stream_ptr, naive, sparse)
+
+    def _copy(self, rows: int, stream_ptr: int) -> None:
+        """Queue the copy of the step's row pointers and masks (the pointers sit right before the
+        masks, so it is one copy)."""
+        start = self._pointer_bytes - rows * 8
+        end = self._pointer_bytes + rows * self.words * 4
+        if not self._copy_kernel:
+            if self._memcpy(self._device_address + start, self._host_address + start, end - start, stream_ptr):
+                raise RuntimeError("cuMemcpyHtoDAsync failed")
+            return
+        start &= ~15  # whole 16-byte vectors (the buffers' starts are 16-byte aligned)
+        vectors = (end - start + 15) // 16
+        self._copy_source.value = self._host_mapped_address + start
+        self._copy_target.value = self._device_address + start
+        self._copy_vectors.value = vectors
+        blocks = min(self._flat_wave_blocks, (vectors + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK)
+        function = self._functions[_COPY_KERNEL]
+        if self._launch_kernel(function, blocks, 1, 1, THREADS_PER_BLOCK, 1, 1, 0, stream_ptr, self._copy_params, None):
+            raise RuntimeError(f"cuLaunchKernel({_COPY_KERNEL}) failed")
 
     def _capture(self, shape: _Shape, naive: bool) -> _void_p:
         """Capture the step for ``shape`` (copy, event, launch with today's parameters) as a graph."""

@@ -445,6 +445,32 @@ __device__ __forceinline__ void mask_by_word(T* const* __restrict__ rows, T* bas
     }
 }
 
+// A step's row pointers and masks, from pinned host memory mapped into the device's address space to
+// the device buffer the mask kernels read: one kernel node in the step's graph instead of a copy
+// node, whose launch costs the host about 3 us more (docs/benchmarks.md). 16-byte vectors, a
+// thread's COPY_UNROLL loads issued before its stores so that many bus reads are in flight. The
+// loads bypass the caches (ld.global.cv): the host rewrites the buffer between steps.
+constexpr int COPY_UNROLL = 4;
+extern "C" __global__ void __launch_bounds__(256) copy_from_host(const uint4* __restrict__ source,
+                                                                 uint4* __restrict__ target, long long vectors) {
+    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+    long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    for (; i + (COPY_UNROLL - 1) * stride < vectors; i += COPY_UNROLL * stride) {
+        uint4 values[COPY_UNROLL];
+#pragma unroll
+        for (int k = 0; k < COPY_UNROLL; ++k) {
+            values[k] = __ldcv(source + i + k * stride);
+        }
+#pragma unroll
+        for (int k = 0; k < COPY_UNROLL; ++k) {
+            target[i + k * stride] = values[k];
+        }
+    }
+    for (; i < vectors; i += stride) {
+        target[i] = __ldcv(source + i);
+    }
+}
+
 // The plain kernel the benchmark compares against: one thread per logit.
 template <typename T>
 __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base, long long row_stride,

@@ -1,0 +1,170 @@
+"""Where the mask applier's host time per step goes, part by part, and what its copy costs the GPU.
+
+Host figures are medians over repeated calls of one call's host time (perf_counter around it,
+the GPU idle: synchronised before each call, as ``bench.mask_kernel`` times it). The parts are
+timed in turn within each repeat, so the machine's drift touches them alike. The parts:
+
+- ``ctypes``: a trivial driver call through ctypes (cuCtxGetCurrent): the floor of any call;
+- ``pointers``: the applier's check that the logits tensor is last step's (its pointers in place);
+- ``graph_copy_kernel``: cuGraphLaunch of the step's captured graph (copy kernel, event, kernel);
+- ``graph_copy_engine``: the same with the copy as a copy node (cuMemcpyHtoDAsync), as before;
+- ``graph_kernel``: cuGraphLaunch of a graph of the mask kernel alone;
+- ``apply``, ``apply_copy_engine``: the whole ``apply`` with either copy;
+- ``xgrammar``: xgrammar's op alone (masks already on the GPU), when ``--xgrammar`` is given.
+
+GPU figures, per step: ``gpu_*`` is the device time CUPTI records for the copy and the kernel,
+``span_*`` the time between CUDA events recorded around ``apply`` (the step's whole span on the
+stream, gaps included).
+
+    python -m bench.mask_kernel_host --xgrammar /tmp/xgrammar --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import functools
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from backend.kernels.cuda_masking import CudaBitmaskApplier
+from bench.mask_kernel import DTYPES, gpu_time_us, load_module, make_masks
+
+logger = logging.getLogger("bench.mask_kernel_host")
+
+
+def host_us(parts: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median host µs of each part, the parts timed in turn within each repeat."""
+    times: dict[str, list[float]] = {name: [] for name in parts}
+    for _ in range(repeats):
+        for name, call in parts.items():
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            call()
+            times[name].append((time.perf_counter() - started) * 1e6)
+    torch.cuda.synchronize()
+    return {f"{name}_us": float(statistics.median(values)) for name, values in times.items()}
+
+
+def span_us(call: Callable[[], object], repeats: int) -> float:
+    """Median time between CUDA events recorded just before and after ``call`` on the current stream."""
+    spans = []
+    for _ in range(repeats):
+        begin = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        torch.cuda.synchronize()
+        begin.record()
+        call()
+        end.record()
+        end.synchronize()
+        spans.append(begin.elapsed_time(end) * 1e3)
+    return float(statistics.median(spans))
+
+
+def kernel_graph(applier: CudaBitmaskApplier, logits: torch.Tensor) -> ctypes.c_void_p:
+    """A graph of the mask kernel alone for ``logits`` (a diagnostic: uses the applier's privates)."""
+    lib, stream = applier._driver.lib, applier._capture_stream
+    name, rows = applier._set_pointers(logits, False)
+    sparse = applier._sparse(name, rows, False)
+    applier._driver.check(lib.cuStreamBeginCapture_v2(stream, 2), "cuStreamBeginCapture")
+    graph = ctypes.c_void_p()
+    try:
+        applier._launch(name, rows, stream.value or 0, False, sparse)
+    finally:
+        ended = lib.cuStreamEndCapture(stream, ctypes.byref(graph))
+    applier._driver.check(ended, "cuStreamEndCapture")
+    executable = ctypes.c_void_p()
+    applier._driver.check(lib.cuGraphInstantiateWithFlags(ctypes.byref(executable), graph, 0), "instantiate")
+    return executable
+
+
+def step_graph(applier: CudaBitmaskApplier, logits: torch.Tensor) -> ctypes.c_void_p:
+    name, rows = applier._set_pointers(logits, False)
+    shape = (name, rows, applier._row_base, applier._row_stride, applier._sparse(name, rows, False))
+    return applier._graphs[shape]
+
+
+def measure(
+    appliers: dict[str, CudaBitmaskApplier],
+    logits: torch.Tensor,
+    masks: torch.Tensor,
+    xgrammar_op: Callable[[torch.Tensor, torch.Tensor], None] | None,
+    repeats: int,
+) -> dict[str, float]:
+    stream_ptr = torch.cuda.current_stream().cuda_stream
+    for applier in appliers.values():
+        applier.host_masks(len(masks)).copy_(masks)
+        for _ in range(3):  # seen, captured, replayed
+            applier.apply(logits, stream_ptr)
+    torch.cuda.synchronize()
+    ours, engine = appliers["copy_kernel"], appliers["copy_engine"]
+    lib = ours._driver.lib
+    kernel_only = kernel_graph(ours, logits)
+    holder = ctypes.c_void_p()
+    parts: dict[str, Callable[[], object]] = {
+        "ctypes": functools.partial(lib.cuCtxGetCurrent, ctypes.byref(holder)),
+        "pointers": functools.partial(ours._set_pointers, logits, False),
+        "graph_copy_kernel": functools.partial(lib.cuGraphLaunch, step_graph(ours, logits), stream_ptr),
+        "graph_copy_engine": functools.partial(lib.cuGraphLaunch, step_graph(engine, logits), stream_ptr),
+        "graph_kernel": functools.partial(lib.cuGraphLaunch, kernel_only, stream_ptr),
+        "apply": functools.partial(ours.apply, logits, stream_ptr),
+        "apply_copy_engine": functools.partial(engine.apply, logits, stream_ptr),
+    }
+    if xgrammar_op is not None:
+        parts["xgrammar"] = functools.partial(xgrammar_op, logits, masks.to(logits.device))
+    row = host_us(parts, repeats)
+    for label, applier in appliers.items():
+        row[f"gpu_{label}_us"] = gpu_time_us(functools.partial(applier.apply, logits, stream_ptr), repeats)
+        row[f"span_{label}_us"] = span_us(functools.partial(applier.apply, logits, stream_ptr), repeats)
+    lib.cuGraphExecDestroy(kernel_only)
+    return row
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 64, 1024, 4096])
+    parser.add_argument("--vocab", type=int, default=128256)
+    parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=sorted(DTYPES))
+    parser.add_argument("--kinds", nargs="+", default=["all", "one"])
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--xgrammar", type=Path, help="unpacked xgrammar wheel (its kernels/ folder)")
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument("--name", default="mask_kernel_host")
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    device = torch.device("cuda")
+    xgrammar_op = None
+    if arguments.xgrammar is not None:
+        module = load_module(arguments.xgrammar / "xgrammar" / "kernels" / "apply_token_bitmask_inplace_cuda.py", "x")
+        xgrammar_op = None if module is None else module.apply_token_bitmask_inplace_cuda
+    generator = torch.Generator().manual_seed(0)
+    rows = max(arguments.batches)
+    appliers = {
+        "copy_kernel": CudaBitmaskApplier(device, rows, arguments.vocab),
+        "copy_engine": CudaBitmaskApplier(device, rows, arguments.vocab, copy_kernel=False),
+    }
+    results = []
+    for dtype_name in arguments.dtypes:
+        for batch in arguments.batches:
+            logits = torch.randn((batch, arguments.vocab), device=device).to(DTYPES[dtype_name])
+            for kind in arguments.kinds:
+                masks = make_masks(kind, batch, arguments.vocab, generator)
+                row: dict[str, Any] = {"dtype": dtype_name, "batch": batch, "kind": kind}
+                row.update(measure(appliers, logits, masks, xgrammar_op, arguments.repeats))
+                results.append(row)
+                logger.info("%s", json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}))
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    path = arguments.out / f"{arguments.name}.json"
+    path.write_text(json.dumps({"device": torch.cuda.get_device_name(device), "results": results}, indent=2))
+    logger.info("report: %s", path)
+
+
+if __name__ == "__main__":
+    main()
