@@ -64,14 +64,20 @@ def load_module(path: Path, name: str) -> ModuleType | None:
 
 
 STRING_REFUSED_EVERY = 50  # the "string" masks refuse vocab // 50 tokens a row
-MASK_KINDS = ("all", "half", "one", "mixed", "string")
+MASK_KINDS = ("all", "half", "one", "mixed", "string", "tenth")
 
 
 def make_masks(kind: str, batch: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
     """all: everything allowed; half: random bits; one: one token a row; mixed: even rows allow
     everything, odd rows one token; string: all but 2% of the tokens, spread over the vocabulary (a
-    JSON string's content refuses the tokens with a quote, a backslash or a control character)."""
+    JSON string's content refuses the tokens with a quote, a backslash or a control character);
+    tenth: every tenth row (0, 10, ...) a string's, the others allow everything (a batch in which a
+    few requests are constrained)."""
     words = (vocab + 31) // 32
+    if kind == "tenth":
+        masks = torch.full((batch, words), -1, dtype=torch.int32)
+        masks[::10] = make_masks("string", len(masks[::10]), vocab, generator)
+        return masks
     if kind == "mixed":
         masks = make_masks("one", batch, vocab, generator)
         masks[::2] = -1
@@ -128,7 +134,8 @@ def host_time_us(launch: Callable[[], None], repeats: int) -> float:
 
 def floor_us(kind: str, batch: int, vocab: int, dtype: torch.dtype, bandwidth: float) -> float:
     """The least memory traffic any kernel needs: read the masks; write (1 token) or read and write
-    (50%) every logit; write half the rows' logits (mixed) or the refused ones (string)."""
+    (50%) every logit; write half the rows' logits (mixed) or the refused ones (string, and every
+    tenth row's in tenth)."""
     item = torch.tensor([], dtype=dtype).element_size()
     mask_bytes = batch * ((vocab + 31) // 32) * 4
     logits_bytes = batch * vocab * item
@@ -139,6 +146,7 @@ def floor_us(kind: str, batch: int, vocab: int, dtype: torch.dtype, bandwidth: f
         "half": mask_bytes + 2 * logits_bytes,
         "mixed": mask_bytes + logits_bytes // 2,
         "string": mask_bytes + refused_bytes,
+        "tenth": mask_bytes + refused_bytes // batch * len(range(0, batch, 10)),
     }[kind]
     return traffic / bandwidth * 1e6
 

@@ -1,4 +1,4 @@
-"""Where the mask applier's host time per step goes, part by part, and what its copy costs the GPU.
+"""Where the mask applier's host time per step goes, part by part.
 
 Host figures are medians over repeated calls of one call's host time (perf_counter around it,
 the GPU idle: synchronised before each call, as ``bench.mask_kernel`` times it). The parts are
@@ -6,15 +6,10 @@ timed in turn within each repeat, so the machine's drift touches them alike. The
 
 - ``ctypes``: a trivial driver call through ctypes (cuCtxGetCurrent): the floor of any call;
 - ``pointers``: the applier's check that the logits tensor is last step's (its pointers in place);
-- ``graph_copy_kernel``: cuGraphLaunch of the step's captured graph (copy kernel, event, kernel);
-- ``graph_copy_engine``: the same with the copy as a copy node (cuMemcpyHtoDAsync), as before;
+- ``graph``: cuGraphLaunch of the step's captured graph (copy, event, kernel) alone;
 - ``graph_kernel``: cuGraphLaunch of a graph of the mask kernel alone;
-- ``apply``, ``apply_copy_engine``: the whole ``apply`` with either copy;
+- ``apply``: the whole ``apply``, as the post-processor calls it;
 - ``xgrammar``: xgrammar's op alone (masks already on the GPU), when ``--xgrammar`` is given.
-
-GPU figures, per step: ``gpu_*`` is the device time CUPTI records for the copy and the kernel,
-``span_*`` the time between CUDA events recorded around ``apply`` (the step's whole span on the
-stream, gaps included).
 
     python -m bench.mask_kernel_host --xgrammar /tmp/xgrammar --out $OUT
 """
@@ -35,7 +30,7 @@ from typing import Any
 import torch
 
 from backend.kernels.cuda_masking import CudaBitmaskApplier
-from bench.mask_kernel import DTYPES, gpu_time_us, load_module, make_masks
+from bench.mask_kernel import DTYPES, load_module, make_masks
 
 logger = logging.getLogger("bench.mask_kernel_host")
 
@@ -51,21 +46,6 @@ def host_us(parts: dict[str, Callable[[], object]], repeats: int) -> dict[str, f
             times[name].append((time.perf_counter() - started) * 1e6)
     torch.cuda.synchronize()
     return {f"{name}_us": float(statistics.median(values)) for name, values in times.items()}
-
-
-def span_us(call: Callable[[], object], repeats: int) -> float:
-    """Median time between CUDA events recorded just before and after ``call`` on the current stream."""
-    spans = []
-    for _ in range(repeats):
-        begin = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        torch.cuda.synchronize()
-        begin.record()
-        call()
-        end.record()
-        end.synchronize()
-        spans.append(begin.elapsed_time(end) * 1e3)
-    return float(statistics.median(spans))
 
 
 def kernel_graph(applier: CudaBitmaskApplier, logits: torch.Tensor) -> ctypes.c_void_p:
@@ -92,37 +72,30 @@ def step_graph(applier: CudaBitmaskApplier, logits: torch.Tensor) -> ctypes.c_vo
 
 
 def measure(
-    appliers: dict[str, CudaBitmaskApplier],
+    ours: CudaBitmaskApplier,
     logits: torch.Tensor,
     masks: torch.Tensor,
     xgrammar_op: Callable[[torch.Tensor, torch.Tensor], None] | None,
     repeats: int,
 ) -> dict[str, float]:
     stream_ptr = torch.cuda.current_stream().cuda_stream
-    for applier in appliers.values():
-        applier.host_masks(len(masks)).copy_(masks)
-        for _ in range(3):  # seen, captured, replayed
-            applier.apply(logits, stream_ptr)
+    ours.host_masks(len(masks)).copy_(masks)
+    for _ in range(3):  # seen, captured, replayed
+        ours.apply(logits, stream_ptr)
     torch.cuda.synchronize()
-    ours, engine = appliers["copy_kernel"], appliers["copy_engine"]
     lib = ours._driver.lib
     kernel_only = kernel_graph(ours, logits)
     holder = ctypes.c_void_p()
     parts: dict[str, Callable[[], object]] = {
         "ctypes": functools.partial(lib.cuCtxGetCurrent, ctypes.byref(holder)),
         "pointers": functools.partial(ours._set_pointers, logits, False),
-        "graph_copy_kernel": functools.partial(lib.cuGraphLaunch, step_graph(ours, logits), stream_ptr),
-        "graph_copy_engine": functools.partial(lib.cuGraphLaunch, step_graph(engine, logits), stream_ptr),
+        "graph": functools.partial(lib.cuGraphLaunch, step_graph(ours, logits), stream_ptr),
         "graph_kernel": functools.partial(lib.cuGraphLaunch, kernel_only, stream_ptr),
         "apply": functools.partial(ours.apply, logits, stream_ptr),
-        "apply_copy_engine": functools.partial(engine.apply, logits, stream_ptr),
     }
     if xgrammar_op is not None:
         parts["xgrammar"] = functools.partial(xgrammar_op, logits, masks.to(logits.device))
     row = host_us(parts, repeats)
-    for label, applier in appliers.items():
-        row[f"gpu_{label}_us"] = gpu_time_us(functools.partial(applier.apply, logits, stream_ptr), repeats)
-        row[f"span_{label}_us"] = span_us(functools.partial(applier.apply, logits, stream_ptr), repeats)
     lib.cuGraphExecDestroy(kernel_only)
     return row
 
@@ -145,11 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         module = load_module(arguments.xgrammar / "xgrammar" / "kernels" / "apply_token_bitmask_inplace_cuda.py", "x")
         xgrammar_op = None if module is None else module.apply_token_bitmask_inplace_cuda
     generator = torch.Generator().manual_seed(0)
-    rows = max(arguments.batches)
-    appliers = {
-        "copy_kernel": CudaBitmaskApplier(device, rows, arguments.vocab),
-        "copy_engine": CudaBitmaskApplier(device, rows, arguments.vocab, copy_kernel=False),
-    }
+    applier = CudaBitmaskApplier(device, max(arguments.batches), arguments.vocab)
     results = []
     for dtype_name in arguments.dtypes:
         for batch in arguments.batches:
@@ -157,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for kind in arguments.kinds:
                 masks = make_masks(kind, batch, arguments.vocab, generator)
                 row: dict[str, Any] = {"dtype": dtype_name, "batch": batch, "kind": kind}
-                row.update(measure(appliers, logits, masks, xgrammar_op, arguments.repeats))
+                row.update(measure(applier, logits, masks, xgrammar_op, arguments.repeats))
                 results.append(row)
                 logger.info("%s", json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}))
     arguments.out.mkdir(parents=True, exist_ok=True)

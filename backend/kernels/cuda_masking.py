@@ -8,9 +8,7 @@ on its own stream objects while the engine hands us a raw ``stream_ptr``:
 - the module is loaded and its functions looked up once; the launch parameters live in ctypes
   holders prepared once, so a launch packs nothing in Python (a "prepared call");
 - a step's row pointers and masks share one pinned host buffer (llguidance fills the masks in
-  place; the pointers sit right before them) and go to the device in one asynchronous copy: a
-  small kernel that reads the buffer over the bus (it is mapped into the device's address space),
-  because a kernel node costs the host less to launch than a copy node;
+  place; the pointers sit right before them) and go to the device in one asynchronous copy;
 - the copy and the kernel are queued on the engine's own stream, so they are ordered after the
   forward pass that wrote the logits and before the sampler that reads them, without a sync;
 - an event after the copy tells the next step when the pinned buffer may be rewritten;
@@ -48,7 +46,8 @@ _CU_STREAM_CAPTURE_MODE_RELAXED = 2  # capturing here leaves other threads' CUDA
 _MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
 _MAX_SEEN = 4096  # shapes seen once, remembered to capture them when they come again
 _CU_FUNC_ATTRIBUTE_NUM_REGS = 4
-# Blocks of the chunked kernel for masks that mostly allow everything (LaunchPlan.SPARSE): enough
+# Blocks of the chunked kernel for unaligned rows whose masks mostly allow everything (LaunchPlan.SPARSE;
+# aligned rows take scan_rows, below): enough
 # to fill every SM this many times over. Up to _SPARSE_HALF_WAVE_MAX_BYTES of logits, half a wave:
 # each warp takes many chunks, four chunks' mask words in flight at a time. Larger launches take
 # four waves (one launch at batch 4096 x 128k: 37 against 45 us with half a wave).
@@ -93,9 +92,17 @@ PREFETCH_MIN_LOGITS_BYTES = 128 << 20
 _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_bf16_v8_scatter"}
 # The chunked kernels (mask_rows), the ones launched as row groups when their masks are many.
 _CHUNKED_KERNELS = frozenset({*_KERNELS.values(), *_SCATTER_KERNELS.values()})
-
-# Copies a step's pointers and masks from the mapped pinned buffer to the device (mask_logits.cu).
-_COPY_KERNEL = "copy_from_host"
+# The sparse plan's kernel for aligned rows (scan_rows): resident warps (_SCAN_WAVES times the blocks
+# all SMs hold) walk the launch's masks as one array, more words in flight per warp than mask_rows.
+_SCAN_KERNELS = {
+    "mask_f32_v4": "scan_f32_v4",
+    "mask_f16_v8": "scan_f16_v8",
+    "mask_f16_v8_scatter": "scan_f16_v8_scatter",
+    "mask_bf16_v8": "scan_bf16_v8",
+    "mask_bf16_v8_scatter": "scan_bf16_v8_scatter",
+}
+_SCAN_WAVES = 1.0
+_SCAN_PIECE_WORDS = 64  # mask words a warp checks at once (SCAN_PIECE_WORDS in mask_logits.cu)
 
 _void_p = ctypes.c_void_p
 
@@ -103,7 +110,7 @@ _void_p = ctypes.c_void_p
 class LaunchPlan(enum.Enum):
     """How a chunked launch is laid out, chosen per step from a sample of its masks."""
 
-    SPARSE = "sparse"  # nearly every sampled run of the masks allows everything: few long-lived warps
+    SPARSE = "sparse"  # nearly every sampled run allows everything: the masks read as one array
     DENSE = "dense"  # the kernel writes: a warp per chunk, masks prefetched into L2, row groups
 
 
@@ -143,6 +150,12 @@ class _Driver:
             "cuGraphDestroy": [_void_p],
             "cuEventSynchronize": [_void_p],
             "cuFuncGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, _void_p],
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor": [
+                ctypes.POINTER(ctypes.c_int),
+                _void_p,
+                ctypes.c_int,
+                ctypes.c_size_t,
+            ],
         }
         for name, argtypes in signatures.items():
             getattr(lib, name).argtypes = argtypes
@@ -178,7 +191,6 @@ class CudaBitmaskApplier:
         flat_per_thread: int | None = None,
         group_mask_bytes: int | None = GROUP_MASK_BYTES,
         plan: LaunchPlan | None = None,
-        copy_kernel: bool = True,
     ) -> None:
         """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
         source), ``graphs=False`` (three driver calls a step, never a captured graph),
@@ -189,10 +201,8 @@ class CudaBitmaskApplier:
         ``flat_max_bytes`` of one warp per chunk, every chunk at once), ``flat_per_thread``
         (vectors per thread of the fp32 small-launch kernel, 1 or 2, instead of by launch
         size), ``group_mask_bytes`` (chunked launches whose masks exceed it run as dense-plan row
-        groups whose masks fit, one launch each; None: never), ``plan`` (every chunked launch
-        laid out so, instead of by its masks) and ``copy_kernel=False`` (the step's copy is a
-        cuMemcpyHtoDAsync on the copy engine instead of the copy kernel) exist for the benchmark's
-        comparisons and the tests."""
+        groups whose masks fit, one launch each; None: never) and ``plan`` (every chunked launch
+        laid out so, instead of by its masks) exist for the benchmark's comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -204,14 +214,15 @@ class CudaBitmaskApplier:
         self._driver = _Driver()
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
+        self._chunks = (vocab_size + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
         sms = pycuda_device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
         self._chunk_threads = chunk_threads
+        self._sms = int(sms)
         self._wave_blocks: int = int(sms) * (2048 // chunk_threads)
         self._flat_wave_blocks = int(sms) * (2048 // THREADS_PER_BLOCK)  # (flat_f32_v4's registers allow it)
         self._flat_two_above_rows = self._flat_two_threshold(flat_per_thread)
         self._waves = waves
         self._forced_sparse = None if plan is None else plan is LaunchPlan.SPARSE
-        self._copy_kernel = copy_kernel
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
         self._flat_max_bytes = flat_max_bytes
         self._words_max_bytes = words_max_bytes
@@ -268,13 +279,21 @@ class CudaBitmaskApplier:
             *NAIVE_KERNELS.values(),
             *_SCATTER_KERNELS.values(),
             *_WORDS_KERNELS.values(),
-            _COPY_KERNEL,
+            *_SCAN_KERNELS.values(),
         }
         for name in sorted(names | set(_FLAT_SHAPES)):
             function = _void_p()
             result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode())
             self._driver.check(result, "cuModuleGetFunction")
             functions[name] = function
+        self._resident_blocks: dict[str, int] = {}  # blocks of each scan kernel all SMs hold at once
+        for name in _SCAN_KERNELS.values():
+            per_sm = ctypes.c_int()
+            result = self._driver.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                ctypes.byref(per_sm), functions[name], self._chunk_threads, 0
+            )
+            self._driver.check(result, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            self._resident_blocks[name] = max(1, per_sm.value) * self._sms
         return functions
 
     def registers(self) -> dict[str, int]:
@@ -294,24 +313,24 @@ class CudaBitmaskApplier:
         self._max_rows = rows
         self._pointer_bytes = rows * 8
         size = self._pointer_bytes + rows * self.words * 4
-        # (+ 16: the copy kernel copies whole 16-byte vectors, so its last may run past the masks.)
-        self._host = cuda.pagelocked_empty(size + 16, dtype=np.uint8, mem_flags=cuda.host_alloc_flags.DEVICEMAP)
+        self._host = cuda.pagelocked_empty(size, dtype=np.uint8)
         self._host_address = int(self._host.ctypes.data)
-        self._host_mapped_address = int(self._host.base.get_device_pointer())
-        self._device_buffer = cuda.mem_alloc(size + 16)
+        self._device_buffer = cuda.mem_alloc(size)
         self._device_address = int(self._device_buffer)
         self._pointers = self._host[: self._pointer_bytes].view(np.uint64)
-        masks = self._host[self._pointer_bytes : size].view(np.int32)
+        masks = self._host[self._pointer_bytes :].view(np.int32)
         self._masks = torch.from_numpy(masks.reshape(rows, self.words))
         self._probe = MaskDensityProbe(masks, self.words)
         # The launch parameters: (rows pointer array, base, row stride in elements (0: use the array),
-        # masks pointer, mask stride, mask words, vocab, prefetch the masks into L2 first).
+        # masks pointer, mask stride, mask words, vocab, prefetch the masks into L2 first, rows: read
+        # by the scan kernels, whose grid is not one row per blockIdx.y).
         self._param_rows = ctypes.c_uint64(0)
         self._param_base = ctypes.c_uint64(0)
         self._param_row_stride = ctypes.c_longlong(0)
         self._param_masks = ctypes.c_uint64(self._device_address + self._pointer_bytes)
         self._param_ints = (ctypes.c_int(self.words), ctypes.c_int(self.words), ctypes.c_int(self.vocab_size))
         self._param_prefetch = ctypes.c_int(0)
+        self._param_row_count = ctypes.c_int(0)
         holders = (
             self._param_rows,
             self._param_base,
@@ -319,13 +338,9 @@ class CudaBitmaskApplier:
             self._param_masks,
             *self._param_ints,
             self._param_prefetch,
+            self._param_row_count,
         )
         self._params = (_void_p * len(holders))(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in holders))
-        # The copy kernel's: (source, target, 16-byte vectors).
-        self._copy_source, self._copy_target = ctypes.c_uint64(), ctypes.c_uint64()
-        self._copy_vectors = ctypes.c_longlong()
-        copy_holders = (self._copy_source, self._copy_target, self._copy_vectors)
-        self._copy_params = (_void_p * 3)(*(ctypes.cast(ctypes.pointer(h), _void_p) for h in copy_holders))
         self._last_tensor = None
         self._drop_graphs()  # they copy from and point into the old buffers
 
@@ -409,7 +424,10 @@ class CudaBitmaskApplier:
     def _enqueue(
         self, name: str, rows: int, stream_ptr: int, naive: bool, sparse: bool | None, *, capturing: bool = False
     ) -> None:
-        self._copy(rows, stream_ptr)
+        start = self._pointer_bytes - rows * 8  # pointers right before the masks: one copy
+        nbytes = self._pointer_bytes + rows * self.words * 4 - start
+        if self._memcpy(self._device_address + start, self._host_address + start, nbytes, stream_ptr):
+            raise RuntimeError("cuMemcpyHtoDAsync failed")
         if capturing:
             result = self._driver.lib.cuEventRecordWithFlags(self._copied, stream_ptr, _CU_EVENT_RECORD_EXTERNAL)
         else:
@@ -417,25 +435,6 @@ class CudaBitmaskApplier:
         if result:
             raise RuntimeError(f"cuEventRecord failed with CUDA driver error {result}")
         self._launch(name, rows, stream_ptr, naive, sparse)
-
-    def _copy(self, rows: int, stream_ptr: int) -> None:
-        """Queue the copy of the step's row pointers and masks (the pointers sit right before the
-        masks, so it is one copy)."""
-        start = self._pointer_bytes - rows * 8
-        end = self._pointer_bytes + rows * self.words * 4
-        if not self._copy_kernel:
-            if self._memcpy(self._device_address + start, self._host_address + start, end - start, stream_ptr):
-                raise RuntimeError("cuMemcpyHtoDAsync failed")
-            return
-        start &= ~15  # whole 16-byte vectors (the buffers' starts are 16-byte aligned)
-        vectors = (end - start + 15) // 16
-        self._copy_source.value = self._host_mapped_address + start
-        self._copy_target.value = self._device_address + start
-        self._copy_vectors.value = vectors
-        blocks = min(self._flat_wave_blocks, (vectors + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK)
-        function = self._functions[_COPY_KERNEL]
-        if self._launch_kernel(function, blocks, 1, 1, THREADS_PER_BLOCK, 1, 1, 0, stream_ptr, self._copy_params, None):
-            raise RuntimeError(f"cuLaunchKernel({_COPY_KERNEL}) failed")
 
     def _capture(self, shape: _Shape, naive: bool) -> _void_p:
         """Capture the step for ``shape`` (copy, event, launch with today's parameters) as a graph."""
@@ -495,6 +494,8 @@ class CudaBitmaskApplier:
             stride.value = saved
 
     def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool, sparse: bool | None) -> None:
+        if sparse and name in _SCAN_KERNELS and self._param_ints[0].value == self.words:  # (masks back to back)
+            name = _SCAN_KERNELS[name]
         grouped = sparse is False and rows > self._group_rows
         grid = self._grids.get((name, rows, sparse))
         if grid is None:  # (row groups: the grid of a full group)
@@ -506,6 +507,7 @@ class CudaBitmaskApplier:
             self._launch_groups(name, rows, grid, stream_ptr)
             return
         self._param_prefetch.value = self._prefetches(name, rows, sparse)
+        self._param_row_count.value = rows
         if self._launch_kernel(
             self._functions[name], grid[0], grid[1], 1, grid[2], 1, 1, 0, stream_ptr, self._params, None
         ):
@@ -562,9 +564,14 @@ class CudaBitmaskApplier:
         if naive:
             blocks = max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
             return blocks, rows, THREADS_PER_BLOCK
-        chunks = (self.vocab_size + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
+        chunks = self._chunks
         threads = self._chunk_threads
         warps = threads // 32
+        if name in self._resident_blocks:  # resident warps over the launch's pieces of mask words
+            waves = _SCAN_WAVES if self._waves is None else self._waves
+            resident = max(1, int(self._resident_blocks[name] * waves))
+            pieces = (rows * self.words + _SCAN_PIECE_WORDS - 1) // _SCAN_PIECE_WORDS
+            return min(resident, (pieces + warps - 1) // warps), 1, threads
         chunk_blocks = (chunks + warps - 1) // warps
         if self._waves is not None:
             waves = self._waves

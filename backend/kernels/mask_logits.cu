@@ -308,6 +308,96 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
     }
 }
 
+// The sparse plan's kernel, for steps whose masks mostly allow everything: the kernel then mostly
+// reads mask words, so what counts is how many of those reads are in flight and how few
+// instructions each costs. The launch's masks are one array of rows * mask_words words (the loader
+// takes this kernel only when mask_stride == mask_words); resident warps walk it in pieces of
+// SCAN_PIECE_WORDS words, SCAN_PIECES pieces in flight at a time, lane i loading 8-byte pairs i,
+// i + 32, ... of each piece (no division, no row arithmetic). A piece whose words all allow
+// everything is done. Otherwise each chunk of a row that it touches (two or three) is loaded again
+// (from L2) and masked as in mask_rows; a chunk two pieces touch may be masked twice, which writes
+// the same values. Small pieces keep that serial work short: a constrained row's chunks spread
+// over many warps (with 256-word pieces, a batch of 256 rows, every tenth a JSON string's,
+// took 12-21 us against 9-14 us for xgrammar, docs/benchmarks.md).
+#ifndef LLGT_SCAN_PIECES
+#define LLGT_SCAN_PIECES 8
+#endif
+#ifndef LLGT_SCAN_PIECE_WORDS
+#define LLGT_SCAN_PIECE_WORDS 64
+#endif
+constexpr int SCAN_PIECES = LLGT_SCAN_PIECES;
+constexpr int SCAN_PIECE_WORDS = LLGT_SCAN_PIECE_WORDS;  // a multiple of 64
+
+template <typename T, int VEC, bool SCATTER>
+__device__ __noinline__ void scan_piece(T* const* __restrict__ rows, T* base, long long row_stride,
+                                        const uint32_t* __restrict__ masks, int mask_words, int vocab,
+                                        long long first, long long end, int lane) {
+    const long long last = (first + SCAN_PIECE_WORDS < end ? first + SCAN_PIECE_WORDS : end) - 1;
+    const int chunk_words = 32;
+    long long row = first / mask_words;
+    int chunk = static_cast<int>(first - row * mask_words) / chunk_words;
+    const long long last_row = last / mask_words;
+    const int last_chunk = static_cast<int>(last - last_row * mask_words) / chunk_words;
+    for (; row < last_row || (row == last_row && chunk <= last_chunk);) {
+        const int word_index = chunk * chunk_words + lane;
+        const uint32_t word = word_index < mask_words ? __ldg(masks + row * mask_words + word_index)
+                              : word_index * 32 < vocab ? 0u
+                                                        : 0xffffffffu;
+        if (!__all_sync(0xffffffffu, word == 0xffffffffu)) {
+            T* __restrict__ logits = row_stride > 0 ? base + row * row_stride : rows[row];
+            mask_chunk<T, VEC, SCATTER && LLGT_MIXED_SCATTER>(logits, word, chunk << 10, lane, vocab);
+        }
+        if (++chunk * chunk_words >= mask_words) {
+            chunk = 0;
+            ++row;
+        }
+    }
+}
+
+template <typename T, int VEC, bool SCATTER>
+__device__ __forceinline__ void scan_rows(T* const* __restrict__ rows, T* base, long long row_stride,
+                                          const uint32_t* __restrict__ masks, int mask_words, int vocab,
+                                          int row_count) {
+    static_assert(VEC * sizeof(T) == 16, "a vector is 16 bytes");
+    constexpr int PAIRS = SCAN_PIECE_WORDS / 64;  // 8-byte loads per lane per piece
+    const int lane = threadIdx.x & 31;
+    const long long total = static_cast<long long>(row_count) * mask_words;
+    const long long warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
+    const long long warp = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+    // (masks is 8-byte aligned: the row pointers before it are 8 bytes each, and mask_words is even
+    // or the loads past an odd row end are still inside the array, which the guard bounds.)
+    const uint2* __restrict__ pairs = reinterpret_cast<const uint2*>(masks);
+    for (long long piece = warp; piece * SCAN_PIECE_WORDS < total; piece += warps * SCAN_PIECES) {
+        uint2 loaded[SCAN_PIECES][PAIRS];
+#pragma unroll
+        for (int p = 0; p < SCAN_PIECES; ++p) {
+#pragma unroll
+            for (int k = 0; k < PAIRS; ++k) {
+                const long long w = (piece + p * warps) * SCAN_PIECE_WORDS + (k * 32 + lane) * 2;
+                loaded[p][k] = w + 1 < total ? __ldg(pairs + w / 2)
+                               : w < total   ? make_uint2(__ldg(masks + w), 0xffffffffu)
+                                             : make_uint2(0xffffffffu, 0xffffffffu);
+            }
+        }
+        uint32_t mixed = 0;  // bit p: piece p has a word that does not allow everything
+#pragma unroll
+        for (int p = 0; p < SCAN_PIECES; ++p) {
+            uint32_t all = 0xffffffffu;
+#pragma unroll
+            for (int k = 0; k < PAIRS; ++k) {
+                all &= loaded[p][k].x & loaded[p][k].y;
+            }
+            mixed |= __all_sync(0xffffffffu, all == 0xffffffffu) ? 0u : 1u << p;
+        }
+        for (int p = 0; mixed != 0; ++p, mixed >>= 1) {  // (rare in this plan's steps)
+            const long long first = (piece + p * warps) * SCAN_PIECE_WORDS;
+            if ((mixed & 1u) && first < total) {
+                scan_piece<T, VEC, SCATTER>(rows, base, row_stride, masks, mask_words, vocab, first, total, lane);
+            }
+        }
+    }
+}
+
 // Small launches are latency-bound: threads on consecutive 16-byte vectors of a row (each access of a
 // warp is coalesced), PER_THREAD vectors per thread (1, or 2 for fp32 launches that would otherwise
 // fill most of a wave: half the blocks to launch), a block's width apart. A thread's loads are all
@@ -445,32 +535,6 @@ __device__ __forceinline__ void mask_by_word(T* const* __restrict__ rows, T* bas
     }
 }
 
-// A step's row pointers and masks, from pinned host memory mapped into the device's address space to
-// the device buffer the mask kernels read: one kernel node in the step's graph instead of a copy
-// node, whose launch costs the host about 3 us more (docs/benchmarks.md). 16-byte vectors, a
-// thread's COPY_UNROLL loads issued before its stores so that many bus reads are in flight. The
-// loads bypass the caches (ld.global.cv): the host rewrites the buffer between steps.
-constexpr int COPY_UNROLL = 4;
-extern "C" __global__ void __launch_bounds__(256) copy_from_host(const uint4* __restrict__ source,
-                                                                 uint4* __restrict__ target, long long vectors) {
-    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-    long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-    for (; i + (COPY_UNROLL - 1) * stride < vectors; i += COPY_UNROLL * stride) {
-        uint4 values[COPY_UNROLL];
-#pragma unroll
-        for (int k = 0; k < COPY_UNROLL; ++k) {
-            values[k] = __ldcv(source + i + k * stride);
-        }
-#pragma unroll
-        for (int k = 0; k < COPY_UNROLL; ++k) {
-            target[i + k * stride] = values[k];
-        }
-    }
-    for (; i < vectors; i += stride) {
-        target[i] = __ldcv(source + i);
-    }
-}
-
 // The plain kernel the benchmark compares against: one thread per logit.
 template <typename T>
 __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base, long long row_stride,
@@ -489,7 +553,7 @@ __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base,
 
 #define LLGT_ENTRY(name, body, T)                                                                    \
     extern "C" __global__ void __launch_bounds__(256, LLGT_MIN_BLOCKS) name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, \
-                                    int mask_stride, int mask_words, int vocab, int prefetch) {       \
+                                    int mask_stride, int mask_words, int vocab, int prefetch, int row_count) { \
         body;                                                                                         \
     }
 #define LLGT_ARGS rows, base, row_stride, masks, mask_stride, mask_words, vocab
@@ -506,6 +570,12 @@ LLGT_ENTRY(mask_f16_v1, (mask_rows<__half, 1, false>(LLGT_ARGS, prefetch)), __ha
 LLGT_ENTRY(mask_bf16_v8, (mask_rows<bf16, 8, false>(LLGT_ARGS, prefetch)), bf16)
 LLGT_ENTRY(mask_bf16_v8_scatter, (mask_rows<bf16, 8, true>(LLGT_ARGS, prefetch)), bf16)
 LLGT_ENTRY(mask_bf16_v1, (mask_rows<bf16, 1, false>(LLGT_ARGS, prefetch)), bf16)
+// The sparse plan's (aligned rows only: unaligned ones take mask_rows in either plan).
+LLGT_ENTRY(scan_f32_v4, (scan_rows<float, 4, true>(rows, base, row_stride, masks, mask_words, vocab, row_count)), float)
+LLGT_ENTRY(scan_f16_v8, (scan_rows<__half, 8, false>(rows, base, row_stride, masks, mask_words, vocab, row_count)), __half)
+LLGT_ENTRY(scan_f16_v8_scatter, (scan_rows<__half, 8, true>(rows, base, row_stride, masks, mask_words, vocab, row_count)), __half)
+LLGT_ENTRY(scan_bf16_v8, (scan_rows<bf16, 8, false>(rows, base, row_stride, masks, mask_words, vocab, row_count)), bf16)
+LLGT_ENTRY(scan_bf16_v8_scatter, (scan_rows<bf16, 8, true>(rows, base, row_stride, masks, mask_words, vocab, row_count)), bf16)
 // Small launches (_x2: two vectors per thread; 16-bit rows lost 3-17% with two, reading both).
 LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true, 1>(LLGT_ARGS)), float)
 LLGT_ENTRY(flat_f32_v4_x2, (mask_flat<float, 4, true, 2>(LLGT_ARGS)), float)
