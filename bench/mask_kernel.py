@@ -373,9 +373,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                     results.append(row)
                     logger.info("%s", json.dumps(row))
                 del logits
-    arguments.out.mkdir(parents=True, exist_ok=True)
-    path = arguments.out / f"{arguments.name}.json"
-    path.write_text(json.dumps({"device": name, "bandwidth": bandwidth, "results": results}, indent=2))
+    write_report(arguments.out / f"{arguments.name}.json", {"device": name, "bandwidth": bandwidth, "results": results})
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write a benchmark's report as JSON (its folder made if need be) and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
     logger.info("report: %s", path)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from backend.kernels.cuda_masking import CudaBitmaskApplier
-from bench.mask_kernel import DTYPES, load_module, make_masks
+from bench.mask_kernel import DTYPES, load_module, make_masks, write_report
 
 logger = logging.getLogger("bench.mask_kernel_host")
 
@@ -129,10 +129,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 row.update(measure(applier, logits, masks, xgrammar_op, arguments.repeats))
                 results.append(row)
                 logger.info("%s", json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}))
-    arguments.out.mkdir(parents=True, exist_ok=True)
-    path = arguments.out / f"{arguments.name}.json"
-    path.write_text(json.dumps({"device": torch.cuda.get_device_name(device), "results": results}, indent=2))
-    logger.info("report: %s", path)
+    report = {"device": torch.cuda.get_device_name(device), "results": results}
+    write_report(arguments.out / f"{arguments.name}.json", report)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,15 @@ import torch
 
 from backend.kernels.cuda_masking import CudaBitmaskApplier
 from backend.masking import apply_token_bitmask_cpu
-from bench.mask_kernel import DTYPES, VARIANT_HELP, check_equal, gpu_time_us, make_masks, parse_variant
+from bench.mask_kernel import (
+    DTYPES,
+    VARIANT_HELP,
+    check_equal,
+    gpu_time_us,
+    make_masks,
+    parse_variant,
+    write_report,
+)
 
 logger = logging.getLogger("bench.mask_kernel_probe")
 
@@ -95,10 +103,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "%s", json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()})
                     )
                 del logits
-    arguments.out.mkdir(parents=True, exist_ok=True)
-    path = arguments.out / f"{arguments.name}.json"
-    path.write_text(json.dumps({"device": torch.cuda.get_device_name(device), "results": results}, indent=2))
-    logger.info("report: %s", path)
+    report = {"device": torch.cuda.get_device_name(device), "results": results}
+    write_report(arguments.out / f"{arguments.name}.json", report)
 
 
 if __name__ == "__main__":

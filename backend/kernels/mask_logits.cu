@@ -317,8 +317,8 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
 // everything is done. Otherwise each chunk of a row that it touches (two or three) is loaded again
 // (from L2) and masked as in mask_rows; a chunk two pieces touch may be masked twice, which writes
 // the same values. Small pieces keep that serial work short: a constrained row's chunks spread
-// over many warps (with 256-word pieces, a batch of 256 rows, every tenth a JSON string's,
-// took 12-21 us against 9-14 us for xgrammar, docs/benchmarks.md).
+// over many warps (with 256-word pieces, a bf16 batch of 256 rows, every tenth a JSON string's,
+// took 12-21 us against 8-9 us for xgrammar, docs/benchmarks.md).
 #ifndef LLGT_SCAN_PIECES
 #define LLGT_SCAN_PIECES 8
 #endif
@@ -364,8 +364,8 @@ __device__ __forceinline__ void scan_rows(T* const* __restrict__ rows, T* base, 
     const long long total = static_cast<long long>(row_count) * mask_words;
     const long long warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
     const long long warp = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-    // (masks is 8-byte aligned: the row pointers before it are 8 bytes each, and mask_words is even
-    // or the loads past an odd row end are still inside the array, which the guard bounds.)
+    // (masks is 8-byte aligned: the row pointers before it are 8 bytes each. The pairs run over the
+    // whole array, across row ends; the guard below bounds the last.)
     const uint2* __restrict__ pairs = reinterpret_cast<const uint2*>(masks);
     for (long long piece = warp; piece * SCAN_PIECE_WORDS < total; piece += warps * SCAN_PIECES) {
         uint2 loaded[SCAN_PIECES][PAIRS];
