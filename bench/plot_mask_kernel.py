@@ -32,6 +32,7 @@ KINDS = {
     "one": "1 token allowed",
     "mixed": "half the rows all allowed, half 1 token",
     "string": "all but 2% (a JSON string)",
+    "tenth": "every tenth row a JSON string, the rest all allowed",
 }
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -13,6 +16,7 @@ from backend.kernels.cuda_masking import (
     LaunchPlan,
 )
 from bench.mask_kernel import MASK_KINDS, Variant, floor_us, main, make_masks, parse_variant
+from bench.plot_mask_kernel import KINDS, markdown
 
 
 @pytest.mark.parametrize(
@@ -99,3 +103,13 @@ def test_every_mask_kind_has_masks_and_a_floor(kind: str) -> None:
     else:  # half: random bits
         assert all(0.4 < a / (32 * masks.shape[1]) < 0.6 for a in allowed)
     assert floor_us(kind, 4, vocab, torch.float32, 3.35e12) > 0
+
+
+@pytest.mark.parametrize("kind", MASK_KINDS)
+def test_every_mask_kind_prints_in_the_report_table(kind: str) -> None:
+    """A report of any kind the benchmark measures must render (a kind without a title crashed the
+    table with a KeyError). The row is a real report's, relabelled."""
+    report = json.loads((Path(__file__).parents[1] / "docs/results/mask_kernel_h100.json").read_text())
+    row = report["results"][0] | {"kind": kind, "ours_us": 1.0}
+    table = markdown(report | {"results": [row]})
+    assert f"| {row['vocab']} | {row['dtype']} | {row['batch']} | {KINDS[kind]} | 1.0 |" in table
