@@ -43,6 +43,8 @@
 //   LLGT_PREFETCH_ROWS: D > 0 makes the first block of row r prefetch row r + D's mask into L2,
 //                      one burst of reads per row instead of one small read per warp amid the stores
 //                      (LLGT_PREFETCH_EVICT_LAST=1: marked evict-last in L2);
+//   LLGT_SCAN_PIECE_WORDS, LLGT_SCAN_PIECES: the sparse plan's kernel (scan_rows) checks mask words
+//                      in pieces of this many words (a multiple of 64), this many pieces at a time;
 #ifndef LLGT_PHASE_PIECES
 #define LLGT_PHASE_PIECES 4
 #endif
@@ -212,8 +214,14 @@ __device__ __forceinline__ void mask_chunk(T* __restrict__ logits, uint32_t word
 // Rows are base + row * row_stride when row_stride > 0 (one strided tensor: no pointer to load
 // first), otherwise rows[row] (separate per-request tensors, as TensorRT-LLM passes them).
 template <typename T>
+__device__ __forceinline__ T* row_at(T* const* rows, T* base, long long row_stride, long long row) {
+    return row_stride > 0 ? base + row * row_stride : rows[row];
+}
+
+// The row of this block (blockIdx.y), for the kernels whose grid has one row per blockIdx.y.
+template <typename T>
 __device__ __forceinline__ T* row_of(T* const* rows, T* base, long long row_stride) {
-    return row_stride > 0 ? base + static_cast<long long>(blockIdx.y) * row_stride : rows[blockIdx.y];
+    return row_at(rows, base, row_stride, blockIdx.y);
 }
 
 // The mask words of one pass: chunk first_chunk + c * stride for each c, lane i loading word i
@@ -344,7 +352,7 @@ __device__ __noinline__ void scan_piece(T* const* __restrict__ rows, T* base, lo
                               : word_index * 32 < vocab ? 0u
                                                         : 0xffffffffu;
         if (!__all_sync(0xffffffffu, word == 0xffffffffu)) {
-            T* __restrict__ logits = row_stride > 0 ? base + row * row_stride : rows[row];
+            T* __restrict__ logits = row_at(rows, base, row_stride, row);
             mask_chunk<T, VEC, SCATTER && LLGT_MIXED_SCATTER>(logits, word, chunk << 10, lane, vocab);
         }
         if (++chunk * chunk_words >= mask_words) {
