@@ -29,13 +29,13 @@ def _backend_metrics(server: RunningServer) -> dict[str, float]:
 
 
 def _chat(server: RunningServer, constrained: bool) -> str:
-    client = openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0)
-    response = client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "Describe a cat as JSON."}],
-        max_tokens=24,
-        response_format={"type": "json_object"} if constrained else {"type": "text"},
-    )
+    with openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0) as client:
+        response = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Describe a cat as JSON."}],
+            max_tokens=24,
+            response_format={"type": "json_object"} if constrained else {"type": "text"},
+        )
     return response.choices[0].message.content or ""
 
 

@@ -57,11 +57,11 @@ def _status(url: str) -> int:
 
 
 def _completes(server: RunningServer) -> bool:
-    client = openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0, timeout=60)
     try:
-        response = client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4
-        )
+        with openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0, timeout=60) as client:
+            response = client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4
+            )
     except openai.APIStatusError as exc:
         assert exc.status_code == 503, f"while Triton restarts, requests get 503, not {exc.status_code}"
         assert exc.response.headers.get("retry-after")
@@ -100,7 +100,9 @@ def test_proxy_reports_not_ready_while_triton_restarts_then_serves_again(own_ser
     assert old_stubs and not [pid for pid in old_stubs if _running(pid)], "the dead server's stub still runs"
 
 
-def test_stub_crash_ends_requests_in_flight_with_an_error_then_serves_again(own_server: RunningServer) -> None:
+def test_stub_crash_ends_requests_in_flight_with_an_error_then_serves_again(
+    own_server: RunningServer, request: pytest.FixtureRequest
+) -> None:
     client = openai.OpenAI(base_url=own_server.openai_base_url, api_key="unused", max_retries=0, timeout=120)
     first_chunk = threading.Event()
     outcome: list[str] = []
@@ -123,6 +125,7 @@ def test_stub_crash_ends_requests_in_flight_with_an_error_then_serves_again(own_
 
     streaming = threading.Thread(target=stream_a_long_story)
     streaming.start()
+    request.addfinalizer(client.close)  # (its stream is cut when the stub dies: closed here, not by the GC)
     assert first_chunk.wait(60)
     old_stubs = _stubs(own_server)
     assert old_stubs
@@ -141,9 +144,12 @@ def test_stub_crash_ends_requests_in_flight_with_an_error_then_serves_again(own_
     assert "python backend stub" in own_server.log.read_text()
 
 
-def test_stopping_drains_the_streams_in_flight_then_exits_cleanly(own_server: RunningServer) -> None:
+def test_stopping_drains_the_streams_in_flight_then_exits_cleanly(
+    own_server: RunningServer, request: pytest.FixtureRequest
+) -> None:
     """Ctrl-C lets a running stream finish (within ``--proxy-drain-timeout-s``) before Triton stops."""
     client = openai.OpenAI(base_url=own_server.openai_base_url, api_key="unused", max_retries=0, timeout=120)
+    request.addfinalizer(client.close)  # (the server stops under it: closed here, not by the garbage collector)
     stream = client.chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "Write a long essay about the history of Rome."}],

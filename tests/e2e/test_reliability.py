@@ -73,10 +73,10 @@ def test_two_hundred_abandoned_requests_then_a_new_one_within_5_s(server: Runnin
     assert outcomes.count("abandoned") >= ABANDONED - 2  # (a request may finish within 0.5 s)
 
     started = time.monotonic()
-    client = openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0, timeout=30)
-    response = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=5, temperature=0
-    )
+    with openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0, timeout=30) as client:
+        response = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=5, temperature=0
+        )
     elapsed = time.monotonic() - started
     assert response.choices[0].finish_reason in {"stop", "length"}
     assert elapsed < 5, f"the new request took {elapsed:.1f} s: abandoned work was still running"
@@ -88,13 +88,15 @@ def test_two_hundred_abandoned_requests_then_a_new_one_within_5_s(server: Runnin
 
 
 def test_a_request_beyond_the_context_is_a_400_with_the_numbers(server: RunningServer) -> None:
-    client = openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0)
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=1_000_000)
-    message = str(caught.value)
-    assert "the context is 8192 tokens" in message and "1000000 to generate" in message
-    # The server goes on serving.
-    response = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
-    )
+    with openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=1_000_000
+            )
+        message = str(caught.value)
+        assert "the context is 8192 tokens" in message and "1000000 to generate" in message
+        # The server goes on serving.
+        response = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
+        )
     assert response.choices[0].finish_reason in {"stop", "length"}

@@ -42,10 +42,10 @@ def test_chat_template_file_then_ctrl_c(tmp_path: Path, tokenizer: Any) -> None:
     server = start_server(tmp_path / "serve.log", f"--engine-chat-template={template}")
     try:
         messages: list[Any] = [{"role": "user", "content": "Hi"}]
-        client = openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0)
-        response = client.chat.completions.create(
-            model="SmolLM2-135M-Instruct", messages=messages, max_tokens=2, temperature=0
-        )
+        with openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0) as client:
+            response = client.chat.completions.create(
+                model="SmolLM2-135M-Instruct", messages=messages, max_tokens=2, temperature=0
+            )
         ours = tokenizer.apply_chat_template(
             messages, chat_template=TEMPLATE, add_generation_prompt=True, tokenize=True, return_dict=False
         )

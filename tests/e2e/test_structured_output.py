@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -47,8 +48,9 @@ ASK_WEATHER: list[Any] = [{"role": "user", "content": "What is the weather in Pa
 
 
 @pytest.fixture(scope="module")
-def client(server: RunningServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0)
+def client(server: RunningServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0) as client:
+        yield client  # (closed after the module, not whenever the garbage collector gets to it)
 
 
 @pytest.mark.parametrize("strict", [True, False])

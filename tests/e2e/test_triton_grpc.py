@@ -66,8 +66,8 @@ def test_streaming_client_gets_text_output(server: RunningServer) -> None:
     assert final.as_numpy("finish_reason").reshape(-1)[0] == b"length"
     assert int(final.as_numpy("num_output_tokens").reshape(-1)[0]) == 10
     text = "".join(text_of(result) for result, _ in received)
-    proxy = openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0)
-    same = proxy.completions.create(model="SmolLM2-135M-Instruct", prompt=PROMPT, max_tokens=10, temperature=0)
+    with openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0) as proxy:
+        same = proxy.completions.create(model="SmolLM2-135M-Instruct", prompt=PROMPT, max_tokens=10, temperature=0)
     assert text == same.choices[0].text
 
 
