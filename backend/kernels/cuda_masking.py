@@ -602,18 +602,38 @@ class CudaBitmaskApplier:
             return "", 0
         if rows > self._max_rows:
             raise ValueError(f"{rows} rows; call host_masks({rows}) first")
-        # The engines hand one tensor per request, so this runs per row on every step: one pass
-        # of checks, then the addresses go into the pinned buffer in one assignment.
-        dtype = logits[0].dtype
-        self._check_rows(logits, dtype)
-        pointers = [row.data_ptr() for row in logits]
+        pointers = self._request_pointers(logits)
         if not check_only:
             self._pointers[self._max_rows - rows :] = pointers
         aligned = not any(pointer & 15 for pointer in pointers)
-        return self._kernel(dtype, aligned, naive, rows), rows
+        return self._kernel(logits[0].dtype, aligned, naive, rows), rows
+
+    def _request_pointers(self, rows: Sequence[torch.Tensor]) -> list[int]:
+        """The address of each request's row, after checking that every tensor is one row of the
+        vocabulary's logits, contiguous, on the GPU, all of one dtype and shape.
+
+        The engines hand one tensor per request, so this runs per row on every step: the first
+        row's shape is checked once, the others are compared with it (one attribute each, not two),
+        in the loop that collects the addresses. A tensor of several rows ([1, beams, vocab]) is
+        refused: it has one mask, and only its first row would be masked.
+        """
+        first = rows[0]
+        shape, dtype, vocab = first.shape, first.dtype, self.vocab_size
+        if shape[-1] != vocab or first.numel() != vocab:
+            raise ValueError(f"logits row 0 must be one row of {vocab} logits ([..., {vocab}]), not {list(shape)}")
+        pointers = []
+        for index, row in enumerate(rows):
+            # (A one-row tensor is contiguous exactly when its last stride is 1.)
+            if row.shape != shape or row.dtype != dtype or not row.is_contiguous() or not row.is_cuda:
+                raise ValueError(
+                    f"logits row {index} must be a CUDA tensor {list(shape)} of {dtype} with unit stride,"
+                    f" like row 0; it is {list(row.shape)} of {row.dtype} on {row.device}, strides {row.stride()}"
+                )
+            pointers.append(row.data_ptr())
+        return pointers
 
     def _tensor_pointers(self, logits: torch.Tensor, naive: bool, check_only: bool) -> tuple[str, int]:
-        self._check_rows((logits,), logits.dtype)
+        self._check_tensor(logits)
         # Row addresses from the strides: [batch, beams, vocab_padded][..., :vocab] views need no copy.
         offsets = np.zeros(1, dtype=np.int64)
         for size, stride in zip(logits.shape[:-1], logits.stride()[:-1], strict=True):
@@ -635,12 +655,11 @@ class CudaBitmaskApplier:
             self._row_base, self._row_stride = 0, 0
         return self._kernel(logits.dtype, aligned, naive, rows), rows
 
-    def _check_rows(self, rows: Sequence[torch.Tensor], dtype: torch.dtype) -> None:
-        """Refuse, naming it, a row the kernel would mask wrongly or write past (one loop, no call per row)."""
+    def _check_tensor(self, logits: torch.Tensor) -> None:
+        """Refuse a tensor the kernel would mask wrongly or write past."""
         vocab = self.vocab_size
-        for index, row in enumerate(rows):
-            if row.dtype != dtype or row.shape[-1] != vocab or row.stride(-1) != 1 or not row.is_cuda:
-                raise ValueError(f"logits row {index} must be a CUDA tensor [..., {vocab}] of {dtype} with unit stride")
+        if logits.shape[-1] != vocab or logits.stride(-1) != 1 or not logits.is_cuda:
+            raise ValueError(f"logits must be a CUDA tensor [..., {vocab}] with unit stride, not {list(logits.shape)}")
 
     def _kernel(self, dtype: torch.dtype, aligned: bool, naive: bool, rows: int) -> str:
         name = NAIVE_KERNELS.get(dtype) if naive else _KERNELS.get((dtype, aligned))

@@ -334,6 +334,41 @@ def test_wrong_rows_are_refused(appliers: dict[int, object]) -> None:
         applier.apply(torch.zeros((2, 100), device="cuda"), 0)  # type: ignore[attr-defined]
 
 
+def _request_rows(vocab: int, count: int) -> list[torch.Tensor]:
+    return [row.view(1, 1, -1) for row in torch.zeros((count, vocab), device="cuda")]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (lambda v: torch.zeros((1, 2, v), device="cuda"), r"row 2 .* \[1, 2, 49152\]"),  # two beams, one mask
+        (lambda v: torch.zeros((1, 1, v), device="cuda", dtype=torch.float16), "row 2 .* float16"),
+        (lambda v: torch.zeros((1, 1, 2 * v), device="cuda")[..., ::2], r"row 2 .* strides \(98304, 98304, 2\)"),
+        (lambda v: torch.zeros((1, 1, v)), "row 2 .* on cpu"),
+        (lambda v: torch.zeros((1, 1, v + 1), device="cuda"), r"row 2 .* \[1, 1, 49153\]"),
+    ],
+)
+def test_a_wrong_request_tensor_among_the_rows_is_refused_by_its_index_and_masks_nothing(
+    appliers: dict[int, object], bad: object, message: str
+) -> None:
+    """Every per-request tensor must be one row like the first: a tensor of two beams has one mask,
+    and masking its first row only would drop the constraint on the second."""
+    applier = appliers[49152]
+    rows = _request_rows(49152, 4)
+    rows[2] = bad(49152)  # type: ignore[operator]
+    applier.host_masks(4).zero_()  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=message):
+        applier.apply(rows, torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
+    torch.cuda.synchronize()
+    assert all(not row.isinf().any() for row in rows if row.is_cuda)
+
+
+def test_a_first_request_tensor_of_two_rows_is_refused(appliers: dict[int, object]) -> None:
+    applier = appliers[49152]
+    with pytest.raises(ValueError, match=r"row 0 .* \[1, 2, 49152\]"):
+        applier.apply([torch.zeros((1, 2, 49152), device="cuda")], 0)  # type: ignore[attr-defined]
+
+
 def test_the_batched_hook_masks_padded_tensorrt_llm_rows_with_the_kernel() -> None:
     """An engine on TP 2 with an odd vocabulary hands the hook [1, 1, vocab + 1] rows on its stream."""
     import llguidance
