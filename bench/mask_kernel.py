@@ -6,7 +6,10 @@ the device, mean of repeated calls), the host time of one full ``apply`` (pointe
 copy, an event, the launch: what the logits post-processor pays per step) in four forms (one
 tensor with a graph replay, the same as three driver calls, one tensor per request as the
 engines pass them, and one tensor with the launch plan set beforehand instead of picked from a
-sample of the masks), and the kernel time as a multiple of the bandwidth floor.
+sample of the masks), and the kernel time as a multiple of the bandwidth floor. Host times are
+taken with the GPU idle (right after a synchronise) and, for ours in the first and third forms
+and for xgrammar's op, also busy (the call queued behind a running kernel, as the engine calls
+the post-processor while its forward pass runs).
 xgrammar's kernel files are loaded straight from its wheel (``--xgrammar DIR`` = the unpacked
 wheel); its CUDA kernel compiles at load time with nvcc.
 
@@ -132,6 +135,30 @@ def host_time_us(launch: Callable[[], None], repeats: int) -> float:
     return float(statistics.median(times))
 
 
+# The sleep kernel's cycles per µs: at most about 2 GHz on the H100 and H200, so a sleep of N µs'
+# worth of cycles lasts at least N µs.
+_SLEEP_CYCLES_PER_US = 2000
+
+
+def host_time_busy_us(launch: Callable[[], None], repeats: int, *, busy_us: float) -> float:
+    """Host µs of one call made while the GPU is still busy, as the engine makes it.
+
+    TensorRT-LLM calls the logits post-processor right after queuing the step's forward pass,
+    which is still running, so the launch is queued behind it. Here a sleep kernel of ``busy_us``
+    (longer than the call) is queued before each call. ``host_time_us`` calls with the GPU idle
+    after a synchronise instead, which also times the host thread waking from that wait.
+    """
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        torch.cuda._sleep(int(busy_us * _SLEEP_CYCLES_PER_US))  # type: ignore[no-untyped-call]
+        started = time.perf_counter()
+        launch()
+        times.append((time.perf_counter() - started) * 1e6)
+        torch.cuda.synchronize()
+    return float(statistics.median(times))
+
+
 def floor_us(kind: str, batch: int, vocab: int, dtype: torch.dtype, bandwidth: float) -> float:
     """The least memory traffic any kernel needs: read the masks; write (1 token) or read and write
     (50%) every logit; write half the rows' logits (mixed) or the refused ones (string, and every
@@ -202,12 +229,16 @@ def measure_case(
         "ours_us": gpu_time_us(functools.partial(applier.run_resident, work, stream_ptr), repeats),
         "plain_us": gpu_time_us(functools.partial(applier.run_resident, work, stream_ptr, naive=True), repeats),
         "torch_us": gpu_time_us(functools.partial(apply_token_bitmask_cpu, work, masks_gpu), repeats),
-        "host_us": host_time_us(functools.partial(applier.apply, work, stream_ptr), repeats),
-        # One [1, 1, vocab] view per request, as TensorRT-LLM and the step scheduler hand them.
-        "host_rows_us": host_time_us(
-            functools.partial(applier.apply, [line.view(1, 1, -1) for line in work], stream_ptr), repeats
-        ),
     }
+    # The host time in two forms: one tensor, and one [1, 1, vocab] view per request, as TensorRT-LLM
+    # and the step scheduler hand them; each with the GPU idle and busy.
+    forms = {
+        "host": functools.partial(applier.apply, work, stream_ptr),
+        "host_rows": functools.partial(applier.apply, [line.view(1, 1, -1) for line in work], stream_ptr),
+    }
+    for form, call in forms.items():
+        row[f"{form}_us"] = host_time_us(call, repeats)
+        row[f"{form}_busy_us"] = host_time_busy_us(call, repeats, busy_us=_busy_us(row[f"{form}_us"]))
     torch.cuda.synchronize()
     check_equal(work, expected, "graph replays")  # the replays masked with the same masks again
     calls_applier.host_masks(len(masks)).copy_(masks)
@@ -229,6 +260,9 @@ def measure_case(
         call = functools.partial(cuda.apply_token_bitmask_inplace_cuda, work, masks_gpu)
         row["xgrammar_cuda_us"] = gpu_time_us(call, repeats)
         row["xgrammar_cuda_host_us"] = host_time_us(call, repeats)
+        row["xgrammar_cuda_host_busy_us"] = host_time_busy_us(
+            call, repeats, busy_us=_busy_us(row["xgrammar_cuda_host_us"])
+        )
         # What a caller of xgrammar's kernel pays per step when the masks start on the host, as ours do.
         pinned = masks.pin_memory()
         with_copy = functools.partial(_xgrammar_with_copy, cuda, work, pinned)
@@ -238,6 +272,11 @@ def measure_case(
             functools.partial(triton.apply_token_bitmask_inplace_triton, work, masks_gpu), repeats
         )
     return row
+
+
+def _busy_us(idle_host_us: float) -> float:
+    """A sleep that outlasts a call whose host time, with the GPU idle, was ``idle_host_us``."""
+    return 50.0 + 2 * idle_host_us
 
 
 def _xgrammar_with_copy(kernel: ModuleType, logits: torch.Tensor, pinned_masks: torch.Tensor) -> None:
