@@ -342,7 +342,7 @@ def _request_rows(vocab: int, count: int) -> list[torch.Tensor]:
     ("bad", "message"),
     [
         (lambda v: torch.zeros((1, 2, v), device="cuda"), r"row 2 .* \[1, 2, 49152\]"),  # two beams, one mask
-        (lambda v: torch.zeros((1, 1, v), device="cuda", dtype=torch.float16), "row 2 .* float16"),
+        (lambda v: torch.zeros((1, 1, v), device="cuda", dtype=torch.float16), "row 2 .* of torch.float16 on cuda"),
         (lambda v: torch.zeros((1, 1, 2 * v), device="cuda")[..., ::2], r"row 2 .* strides \(98304, 98304, 2\)"),
         (lambda v: torch.zeros((1, 1, v)), "row 2 .* on cpu"),
         (lambda v: torch.zeros((1, 1, v + 1), device="cuda"), r"row 2 .* \[1, 1, 49153\]"),
