@@ -37,7 +37,8 @@ class BitmaskApplier(Protocol):
     def host_masks(self, rows: int) -> torch.Tensor: ...
 
     def apply(self, logits: Sequence[torch.Tensor], stream_ptr: int) -> None:
-        """Mask row ``i`` of ``logits`` (each ``[..., vocab_size]``) with row ``i`` of ``host_masks``."""
+        """Mask tensor ``i`` of ``logits`` (each one row, ``[1, ..., 1, vocab_size]``, one per request)
+        with row ``i`` of ``host_masks``; a tensor of several rows is refused (``ValueError``)."""
         ...
 
 
@@ -55,8 +56,9 @@ class CpuBitmaskApplier:
 
     def apply(self, logits: Sequence[torch.Tensor], stream_ptr: int) -> None:
         for index, row in enumerate(logits):
-            if row.shape[-1] != self.vocab_size:  # the CUDA applier's contract too
-                raise ValueError(f"logits row {index} must be [..., {self.vocab_size}], not {list(row.shape)}")
+            if row.shape[-1] != self.vocab_size or row.numel() != self.vocab_size:  # the CUDA applier's contract too
+                raise ValueError(f"logits row {index} must be one row [..., {self.vocab_size}], not {list(row.shape)}")
+        for index, row in enumerate(logits):
             apply_token_bitmask_cpu(row, self._masks[index])
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend.masking import allowed_tokens, apply_token_bitmask_cpu
+from backend.masking import CpuBitmaskApplier, allowed_tokens, apply_token_bitmask_cpu
 
 
 def reference_allowed(words: list[int], vocab_size: int) -> list[bool]:
@@ -52,3 +53,14 @@ def test_rows_of_a_batch_get_their_own_masks() -> None:
     apply_token_bitmask_cpu(logits, bitmask)
     assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [0]
     assert torch.isfinite(logits[1]).nonzero().flatten().tolist() == [35]
+
+
+def test_the_cpu_applier_refuses_a_request_tensor_of_several_rows_and_masks_none() -> None:
+    """One mask per request tensor: a tensor of two beams is refused, as the CUDA applier refuses it,
+    before any row is masked."""
+    applier = CpuBitmaskApplier(64, 2)
+    applier.host_masks(2).zero_()
+    rows = [torch.zeros(1, 1, 64), torch.zeros(1, 2, 64)]
+    with pytest.raises(ValueError, match=r"row 1 must be one row \[\.\.\., 64\], not \[1, 2, 64\]"):
+        applier.apply(rows, 0)
+    assert all(torch.isfinite(row).all() for row in rows)
