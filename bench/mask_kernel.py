@@ -124,35 +124,24 @@ def gpu_time_us(launch: Callable[[], object], repeats: int, *, kernels_only: boo
     return float(sum(e.time_range.elapsed_us() for e in device_events)) / repeats
 
 
-def host_time_us(launch: Callable[[], None], repeats: int) -> float:
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        launch()
-        times.append((time.perf_counter() - started) * 1e6)
-        torch.cuda.synchronize()
-    return float(statistics.median(times))
-
-
 # The sleep kernel's cycles per µs: at most about 2 GHz on the H100 and H200, so a sleep of N µs'
 # worth of cycles lasts at least N µs.
 _SLEEP_CYCLES_PER_US = 2000
 
 
-def host_time_busy_us(launch: Callable[[], None], repeats: int, *, busy_us: float) -> float:
-    """Host µs of one call made while the GPU is still busy, as the engine makes it.
+def host_time_us(launch: Callable[[], None], repeats: int, *, busy_us: float | None = None) -> float:
+    """Host µs of one call, median over ``repeats``; the GPU is idle before each (synchronised).
 
-    TensorRT-LLM calls the logits post-processor right after queuing the step's forward pass,
-    which is still running, so the launch is queued behind it. Here a sleep kernel of ``busy_us``
-    (longer than the call) is queued before each call. ``host_time_us`` calls with the GPU idle,
-    right after a synchronise, instead. (On the H100 the two differed by about 1 µs, busy the slower:
-    docs/benchmarks.md.)
+    With ``busy_us``, a sleep kernel that long (longer than the call) is queued before each call
+    instead, so the call is made while the GPU is still busy, as the engine makes it: TensorRT-LLM
+    calls the logits post-processor right after queuing the step's forward pass, which is still
+    running. (On the H100 the two differed by about 1 µs, busy the slower: docs/benchmarks.md.)
     """
     torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
-        torch.cuda._sleep(int(busy_us * _SLEEP_CYCLES_PER_US))  # type: ignore[no-untyped-call]
+        if busy_us is not None:
+            torch.cuda._sleep(int(busy_us * _SLEEP_CYCLES_PER_US))  # type: ignore[no-untyped-call]
         started = time.perf_counter()
         launch()
         times.append((time.perf_counter() - started) * 1e6)
@@ -239,7 +228,7 @@ def measure_case(
     }
     for form, call in forms.items():
         row[f"{form}_us"] = host_time_us(call, repeats)
-        row[f"{form}_busy_us"] = host_time_busy_us(call, repeats, busy_us=_busy_us(row[f"{form}_us"]))
+        row[f"{form}_busy_us"] = host_time_us(call, repeats, busy_us=_busy_us(row[f"{form}_us"]))
     torch.cuda.synchronize()
     check_equal(work, expected, "graph replays")  # the replays masked with the same masks again
     calls_applier.host_masks(len(masks)).copy_(masks)
@@ -261,9 +250,7 @@ def measure_case(
         call = functools.partial(cuda.apply_token_bitmask_inplace_cuda, work, masks_gpu)
         row["xgrammar_cuda_us"] = gpu_time_us(call, repeats)
         row["xgrammar_cuda_host_us"] = host_time_us(call, repeats)
-        row["xgrammar_cuda_host_busy_us"] = host_time_busy_us(
-            call, repeats, busy_us=_busy_us(row["xgrammar_cuda_host_us"])
-        )
+        row["xgrammar_cuda_host_busy_us"] = host_time_us(call, repeats, busy_us=_busy_us(row["xgrammar_cuda_host_us"]))
         # What a caller of xgrammar's kernel pays per step when the masks start on the host, as ours do.
         pinned = masks.pin_memory()
         with_copy = functools.partial(_xgrammar_with_copy, cuda, work, pinned)
