@@ -542,8 +542,12 @@ class CudaBitmaskApplier:
     def _prefetches(self, name: str, rows: int, sparse: bool | None) -> int:
         """1 when a launch of ``rows`` rows prefetches its masks into L2 before its stores (dense plan)."""
         masks_fit = rows * self.words * 4 <= GROUP_MASK_BYTES
-        large = rows * self.vocab_size * _element_bytes(name) > PREFETCH_MIN_LOGITS_BYTES
+        large = self._logits_bytes(name, rows) > PREFETCH_MIN_LOGITS_BYTES
         return int(sparse is False and masks_fit and large)
+
+    def _logits_bytes(self, name: str, rows: int) -> int:
+        """Bytes of logits a launch of kernel ``name`` over ``rows`` rows masks."""
+        return rows * self.vocab_size * _element_bytes(name)
 
     def _flat_two_threshold(self, flat_per_thread: int | None) -> int:
         """Rows above which an fp32 small launch takes two vectors per thread: where one each would
@@ -576,7 +580,7 @@ class CudaBitmaskApplier:
         if self._waves is not None:
             waves = self._waves
         elif sparse:
-            large = rows * self.vocab_size * _element_bytes(name) > _SPARSE_HALF_WAVE_MAX_BYTES
+            large = self._logits_bytes(name, rows) > _SPARSE_HALF_WAVE_MAX_BYTES
             waves = _SPARSE_WAVES_LARGE if large else _SPARSE_WAVES
         else:  # a warp per chunk
             return chunk_blocks, rows, threads
