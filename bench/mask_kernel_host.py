@@ -8,6 +8,7 @@ timed in turn within each repeat, so the machine's drift touches them alike. The
 - ``pointers``: the applier's check that the logits tensor is last step's (its pointers in place);
 - ``graph``: cuGraphLaunch of the step's captured graph (copy, event, kernel) alone;
 - ``graph_kernel``: cuGraphLaunch of a graph of the mask kernel alone;
+- ``graph_copy_kernel`` / ``graph_event_kernel``: of the mask copy, or the copy's event, and the kernel;
 - ``apply``: the whole ``apply``, as the post-processor calls it;
 - ``xgrammar``: xgrammar's op alone (masks already on the GPU), when ``--xgrammar`` is given.
 
@@ -48,20 +49,28 @@ def host_us(parts: dict[str, Callable[[], object]], repeats: int) -> dict[str, f
     return {f"{name}_us": float(statistics.median(values)) for name, values in times.items()}
 
 
-def kernel_graph(applier: CudaBitmaskApplier, logits: torch.Tensor) -> ctypes.c_void_p:
-    """A graph of the mask kernel alone for ``logits`` (a diagnostic: uses the applier's privates)."""
+def captured_graph(applier: CudaBitmaskApplier, logits: torch.Tensor, *, copy: bool, event: bool) -> ctypes.c_void_p:
+    """A graph of the step's kernel, after its mask copy and the copy's event where asked (a
+    diagnostic of what each node costs the graph launch: uses the applier's privates)."""
     lib, stream = applier._driver.lib, applier._capture_stream
     name, rows = applier._set_pointers(logits, False)
     sparse = applier._sparse(name, rows, False)
+    start = applier._pointer_bytes - rows * 8  # as the applier's step copies: pointers, then masks
+    nbytes = applier._pointer_bytes + rows * applier.words * 4 - start
     applier._driver.check(lib.cuStreamBeginCapture_v2(stream, 2), "cuStreamBeginCapture")
     graph = ctypes.c_void_p()
     try:
+        if copy:
+            applier._memcpy(applier._device_address + start, applier._host_address + start, nbytes, stream.value or 0)
+        if event:
+            lib.cuEventRecordWithFlags(applier._copied, stream.value or 0, 1)
         applier._launch(name, rows, stream.value or 0, False, sparse)
     finally:
         ended = lib.cuStreamEndCapture(stream, ctypes.byref(graph))
     applier._driver.check(ended, "cuStreamEndCapture")
     executable = ctypes.c_void_p()
     applier._driver.check(lib.cuGraphInstantiateWithFlags(ctypes.byref(executable), graph, 0), "instantiate")
+    lib.cuGraphDestroy(graph)
     return executable
 
 
@@ -84,19 +93,24 @@ def measure(
         ours.apply(logits, stream_ptr)
     torch.cuda.synchronize()
     lib = ours._driver.lib
-    kernel_only = kernel_graph(ours, logits)
+    graphs = {
+        "graph_kernel": captured_graph(ours, logits, copy=False, event=False),
+        "graph_copy_kernel": captured_graph(ours, logits, copy=True, event=False),
+        "graph_event_kernel": captured_graph(ours, logits, copy=False, event=True),
+    }
     holder = ctypes.c_void_p()
     parts: dict[str, Callable[[], object]] = {
         "ctypes": functools.partial(lib.cuCtxGetCurrent, ctypes.byref(holder)),
         "pointers": functools.partial(ours._set_pointers, logits, False),
         "graph": functools.partial(lib.cuGraphLaunch, step_graph(ours, logits), stream_ptr),
-        "graph_kernel": functools.partial(lib.cuGraphLaunch, kernel_only, stream_ptr),
+        **{part: functools.partial(lib.cuGraphLaunch, graph, stream_ptr) for part, graph in graphs.items()},
         "apply": functools.partial(ours.apply, logits, stream_ptr),
     }
     if xgrammar_op is not None:
         parts["xgrammar"] = functools.partial(xgrammar_op, logits, masks.to(logits.device))
     row = host_us(parts, repeats)
-    lib.cuGraphExecDestroy(kernel_only)
+    for graph in graphs.values():
+        lib.cuGraphExecDestroy(graph)
     return row
 
 

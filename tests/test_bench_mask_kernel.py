@@ -15,7 +15,16 @@ from backend.kernels.cuda_masking import (
     WORDS_MAX_BYTES,
     LaunchPlan,
 )
-from bench.mask_kernel import MASK_KINDS, Variant, floor_us, main, make_masks, parse_variant
+from bench.mask_kernel import (
+    MASK_KINDS,
+    DeviceEvent,
+    Variant,
+    floor_us,
+    main,
+    make_masks,
+    pair_times,
+    parse_variant,
+)
 from bench.plot_mask_kernel import KINDS, markdown
 
 
@@ -125,3 +134,55 @@ def test_busy_host_times_print_beside_the_idle_ones_when_the_report_has_them() -
     assert "(busy 4.3 / 7.0) |" in table
     by_batch = f"ours with one tensor per request, by batch: {row['batch']}: 6.5"
     assert f"median: ours 4.3; xgrammar's op alone 7.0; {by_batch}" in table
+
+
+def test_paired_calls_are_split_by_kernel_name_into_per_call_times() -> None:
+    """Two launches timed in turn: each call's time is the sum of its own kernels (a call of several
+    launches, such as row groups, counts once), and the interval of the mean difference is wider
+    when the calls' differences vary."""
+    events = []
+    for call in range(4):
+        start = call * 10.0
+        events += [
+            DeviceEvent("ours_group", start, 1.0),
+            DeviceEvent("ours_group", start + 1, 1.0 + call / 10),
+            DeviceEvent("LogitsBitmaskKernel", start + 3, 2.5),
+        ]
+    paired = pair_times(events, frozenset({"ours_group"}), frozenset({"LogitsBitmaskKernel"}), 4)
+    assert paired.first_us == pytest.approx(2.15)
+    assert paired.second_us == pytest.approx(2.5)
+    steady = [DeviceEvent(e.name, e.start_us, 1.0 if e.name == "ours_group" else 2.5) for e in events]
+    assert pair_times(steady, frozenset({"ours_group"}), frozenset({"LogitsBitmaskKernel"}), 4).difference_ci_us == 0
+    assert paired.difference_ci_us > 0
+
+
+def test_paired_calls_whose_events_do_not_split_evenly_are_refused() -> None:
+    """A kernel that ran in only some calls would misassign time between calls: refused."""
+    events = [DeviceEvent("ours", 0.0, 1.0), DeviceEvent("xgr", 1.0, 1.0), DeviceEvent("xgr", 2.0, 1.0)]
+    with pytest.raises(RuntimeError, match="not as many per call"):
+        pair_times(events, frozenset({"ours"}), frozenset({"xgr"}), 2)
+
+
+def test_slower_cells_are_told_apart_from_ties_within_the_paired_noise() -> None:
+    """With paired timings, the summary says how many slower cells are slower beyond their noise."""
+    report = json.loads((Path(__file__).parents[1] / "docs/results/mask_kernel_h100.json").read_text())
+    row = report["results"][0]
+    assert "paired difference" not in markdown(report)  # a report from before paired timing
+    cells = [
+        row | {"ours_us": 1.00, "xgrammar_cuda_us": 1.10, "ours_minus_xgrammar_ci_us": 0.01},  # faster
+        row | {"ours_us": 1.02, "xgrammar_cuda_us": 1.01, "ours_minus_xgrammar_ci_us": 0.02},  # a tie
+        row | {"ours_us": 1.20, "xgrammar_cuda_us": 1.10, "ours_minus_xgrammar_ci_us": 0.02},  # slower
+    ]
+    summary = markdown(report | {"results": cells})
+    assert "at least as fast as xgrammar's CUDA kernel: 1 of 3 (worst 0.92x); of the 2 slower, 1 by more" in summary
+
+
+def test_the_floor_ratio_in_turn_with_xgrammar_prints_beside_the_one_timed_alone() -> None:
+    """Ours is timed alone for the floor (as torch's ops are); the summary also gives the ratio of
+    the timing in turn with xgrammar's kernel, so neither hides the other."""
+    report = json.loads((Path(__file__).parents[1] / "docs/results/mask_kernel_h100.json").read_text())
+    large = next(r for r in report["results"] if r["batch"] >= 1024 and r["kind"] == "one")
+    row = large | {"floor_us": 100.0, "ours_alone_us": 110.0, "ours_vs_floor": 1.1, "ours_us": 116.0}
+    summary = markdown(report | {"results": [row]})
+    assert "ours / nominal floor 1.10-1.10;" in summary
+    assert "ours timed in turn with xgrammar's kernel / nominal floor 1.16-1.16)" in summary
