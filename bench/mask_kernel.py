@@ -2,14 +2,15 @@
 
 Measured side by side in one process on one GPU, for every batch x vocab x dtype x mask density:
 kernel time (the GPU time CUPTI records for every kernel and copy of a call, masks already on
-the device, mean of repeated calls), the host time of one full ``apply`` (pointers, one async
-copy, an event, the launch: what the logits post-processor pays per step) in four forms (one
-tensor with a graph replay, the same as three driver calls, one tensor per request as the
-engines pass them, and one tensor with the launch plan set beforehand instead of picked from a
-sample of the masks), and the kernel time as a multiple of the bandwidth floor. Host times are
-taken with the GPU idle (right after a synchronise) and, for ours in the first and third forms
-and for xgrammar's op, also busy (the call queued behind a running kernel, as the engine calls
-the post-processor while its forward pass runs).
+the device, mean of repeated calls; ours and xgrammar's CUDA kernel called in turn, with the 95%
+interval of their difference, everything else, ours too, call after call alone), the host time
+of one full ``apply`` (pointers, one async copy, an event, the launch: what the logits
+post-processor pays per step) in four forms (one tensor with a graph replay, the same as three
+driver calls, one tensor per request as the engines pass them, and one tensor with the launch
+plan set beforehand instead of picked from a sample of the masks), and the kernel time as a
+multiple of the bandwidth floor. Host times are taken with the GPU idle (right after a
+synchronise) and, for ours in the first and third forms and for xgrammar's op, also busy (the call
+queued behind a running kernel, as the engine calls the post-processor while its forward pass runs).
 xgrammar's kernel files are loaded straight from its wheel (``--xgrammar DIR`` = the unpacked
 wheel); its CUDA kernel compiles at load time with nvcc.
 
