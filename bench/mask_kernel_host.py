@@ -63,7 +63,7 @@ def captured_graph(applier: CudaBitmaskApplier, logits: torch.Tensor, *, copy: b
         if copy:
             applier._memcpy(applier._device_address + start, applier._host_address + start, nbytes, stream.value or 0)
         if event:
-            lib.cuEventRecordWithFlags(applier._copied, stream.value or 0, 1)
+            applier._driver.check(lib.cuEventRecordWithFlags(applier._copied, stream.value or 0, 1), "cuEventRecord")
         applier._launch(name, rows, stream.value or 0, False, sparse)
     finally:
         ended = lib.cuStreamEndCapture(stream, ctypes.byref(graph))
