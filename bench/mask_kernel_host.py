@@ -55,13 +55,11 @@ def captured_graph(applier: CudaBitmaskApplier, logits: torch.Tensor, *, copy: b
     lib, stream = applier._driver.lib, applier._capture_stream
     name, rows = applier._set_pointers(logits, False)
     sparse = applier._sparse(name, rows, False)
-    start = applier._pointer_bytes - rows * 8  # as the applier's step copies: pointers, then masks
-    nbytes = applier._pointer_bytes + rows * applier.words * 4 - start
     applier._driver.check(lib.cuStreamBeginCapture_v2(stream, 2), "cuStreamBeginCapture")
     graph = ctypes.c_void_p()
     try:
         if copy:
-            applier._memcpy(applier._device_address + start, applier._host_address + start, nbytes, stream.value or 0)
+            applier._driver.check(applier._memcpy(*applier._step_copy(rows), stream.value or 0), "cuMemcpyHtoDAsync")
         if event:
             applier._driver.check(lib.cuEventRecordWithFlags(applier._copied, stream.value or 0, 1), "cuEventRecord")
         applier._launch(name, rows, stream.value or 0, False, sparse)

@@ -424,9 +424,7 @@ class CudaBitmaskApplier:
     def _enqueue(
         self, name: str, rows: int, stream_ptr: int, naive: bool, sparse: bool | None, *, capturing: bool = False
     ) -> None:
-        start = self._pointer_bytes - rows * 8  # pointers right before the masks: one copy
-        nbytes = self._pointer_bytes + rows * self.words * 4 - start
-        if self._memcpy(self._device_address + start, self._host_address + start, nbytes, stream_ptr):
+        if self._memcpy(*self._step_copy(rows), stream_ptr):
             raise RuntimeError("cuMemcpyHtoDAsync failed")
         if capturing:
             result = self._driver.lib.cuEventRecordWithFlags(self._copied, stream_ptr, _CU_EVENT_RECORD_EXTERNAL)
@@ -435,6 +433,16 @@ class CudaBitmaskApplier:
         if result:
             raise RuntimeError(f"cuEventRecord failed with CUDA driver error {result}")
         self._launch(name, rows, stream_ptr, naive, sparse)
+
+    def _step_copy(self, rows: int) -> tuple[int, int, int]:
+        """Device address, host address and bytes of a step's one copy: the rows' pointers, which sit
+        right before the masks in the pinned buffer, and their masks."""
+        start = self._pointer_bytes - rows * 8
+        return (
+            self._device_address + start,
+            self._host_address + start,
+            self._pointer_bytes + rows * self.words * 4 - start,
+        )
 
     def _capture(self, shape: _Shape, naive: bool) -> _void_p:
         """Capture the step for ``shape`` (copy, event, launch with today's parameters) as a graph."""
