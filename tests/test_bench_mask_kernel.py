@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -26,6 +27,12 @@ from bench.mask_kernel import (
     parse_variant,
 )
 from bench.plot_mask_kernel import KINDS, markdown
+
+
+def h100_report() -> dict[str, Any]:
+    """The committed H100 kernel report (a fresh copy per call: tests relabel its rows)."""
+    report: dict[str, Any] = json.loads((Path(__file__).parents[1] / "docs/results/mask_kernel_h100.json").read_text())
+    return report
 
 
 @pytest.mark.parametrize(
@@ -118,7 +125,7 @@ def test_every_mask_kind_has_masks_and_a_floor(kind: str) -> None:
 def test_every_mask_kind_prints_in_the_report_table(kind: str) -> None:
     """A report of any kind the benchmark measures must render (a kind without a title crashed the
     table with a KeyError). The row is a real report's, relabelled."""
-    report = json.loads((Path(__file__).parents[1] / "docs/results/mask_kernel_h100.json").read_text())
+    report = h100_report()
     row = report["results"][0] | {"kind": kind, "ours_us": 1.0}
     table = markdown(report | {"results": [row]})
     assert f"| {row['vocab']} | {row['dtype']} | {row['batch']} | {KINDS[kind]} | 1.0 |" in table
@@ -126,7 +133,7 @@ def test_every_mask_kind_prints_in_the_report_table(kind: str) -> None:
 
 def test_busy_host_times_print_beside_the_idle_ones_when_the_report_has_them() -> None:
     """Reports from before the busy-GPU host times render as they did; newer ones show both."""
-    report = json.loads((Path(__file__).parents[1] / "docs/results/mask_kernel_h100.json").read_text())
+    report = h100_report()
     row = {key: value for key, value in report["results"][0].items() if "busy" not in key}
     assert "busy" not in markdown(report | {"results": [row]})
     busy = row | {"host_busy_us": 4.3, "host_rows_busy_us": 6.5, "xgrammar_cuda_host_busy_us": 7.0}
@@ -165,7 +172,7 @@ def test_paired_calls_whose_events_do_not_split_evenly_are_refused() -> None:
 
 def test_slower_cells_are_told_apart_from_ties_within_the_paired_noise() -> None:
     """With paired timings, the summary says how many slower cells are slower beyond their noise."""
-    report = json.loads((Path(__file__).parents[1] / "docs/results/mask_kernel_h100.json").read_text())
+    report = h100_report()
     row = report["results"][0]
     before = {key: value for key, value in row.items() if key != "ours_minus_xgrammar_ci_us"}
     assert "paired difference" not in markdown(report | {"results": [before]})  # a report from before it
@@ -181,7 +188,7 @@ def test_slower_cells_are_told_apart_from_ties_within_the_paired_noise() -> None
 def test_the_floor_ratio_in_turn_with_xgrammar_prints_beside_the_one_timed_alone() -> None:
     """Ours is timed alone for the floor (as torch's ops are); the summary also gives the ratio of
     the timing in turn with xgrammar's kernel, so neither hides the other."""
-    report = json.loads((Path(__file__).parents[1] / "docs/results/mask_kernel_h100.json").read_text())
+    report = h100_report()
     large = next(r for r in report["results"] if r["batch"] >= 1024 and r["kind"] == "one")
     row = large | {"floor_us": 100.0, "ours_alone_us": 110.0, "ours_vs_floor": 1.1, "ours_us": 116.0}
     summary = markdown(report | {"results": [row]})
