@@ -80,6 +80,19 @@ _FLAT_SHAPES = {"flat_f32_v4": (4, 1), "flat_f32_v4_x2": (4, 2), "flat_f16_v8": 
 # scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us).
 WORDS_MAX_BYTES = 24 << 20
 _WORDS_KERNELS = {"mask_f16_v8": "words_f16", "mask_bf16_v8": "words_bf16"}
+# Small launches whose masks mostly allow everything (LaunchPlan.SPARSE) take mask_by_word too: a
+# warp whose chunk allows everything leaves after one coalesced load, where a small-launch thread
+# loads a 16-byte vector's share of a mask word (16-bit threads: and its logits). All allowed at
+# 8 x 128k bf16: 1.21 against 1.55 us (xgrammar 1.46); fp32 at 64 x 32k: 1.28 against 2.04 us
+# (docs/benchmarks.md). The other small launches keep the small-launch kernels: mask_by_word reads
+# a mixed vector only after its mask word, two latencies in a row (2.28 against 1.66 us at
+# 8 x 128k bf16 with JSON-string masks).
+_FLAT_SPARSE_KERNELS = {
+    "flat_f32_v4": "words_f32",
+    "flat_f32_v4_x2": "words_f32",
+    "flat_f16_v8": "words_f16",
+    "flat_bf16_v8": "words_bf16",
+}
 # Masks that make the kernel write (LaunchPlan.DENSE) take one warp per chunk. A launch of over
 # PREFETCH_MIN_LOGITS_BYTES of logits with at most GROUP_MASK_BYTES of masks prefetches them all into
 # L2 first, so the warps' mask loads do not read DRAM in among the stores (1-token cells 4-9% faster;
@@ -108,14 +121,17 @@ _void_p = ctypes.c_void_p
 
 
 class LaunchPlan(enum.Enum):
-    """How a chunked launch is laid out, chosen per step from a sample of its masks."""
+    """How a launch is laid out, chosen per step from a sample of its masks (all but the plain
+    kernel's and the mid-size 16-bit launches', which have one layout)."""
 
-    SPARSE = "sparse"  # nearly every sampled run allows everything: the masks read as one array
-    DENSE = "dense"  # the kernel writes: a warp per chunk, masks prefetched into L2, row groups
+    SPARSE = "sparse"  # nearly every sampled run allows everything: masks read as one array, or
+    # (small launches) a warp per chunk that leaves after its mask words
+    DENSE = "dense"  # the kernel writes: a warp per chunk, masks prefetched into L2, row groups; or
+    # (small launches) a vector per thread
 
 
 # A step shape, whose launches are captured as one graph: kernel, rows, row base and stride, and
-# whether a chunked launch takes the sparse plan (None for the other kernels). (A bool, not the
+# whether a chunked or small launch takes the sparse plan (None for the other kernels). (A bool, not the
 # enum: hashing an enum member runs Python code, and a step looks its shape up.)
 _Shape = tuple[str, int, int, int, bool | None]
 
@@ -279,6 +295,7 @@ class CudaBitmaskApplier:
             *NAIVE_KERNELS.values(),
             *_SCATTER_KERNELS.values(),
             *_WORDS_KERNELS.values(),
+            *_FLAT_SPARSE_KERNELS.values(),
             *_SCAN_KERNELS.values(),
         }
         for name in sorted(names | set(_FLAT_SHAPES)):
@@ -413,9 +430,9 @@ class CudaBitmaskApplier:
         self._enqueue(name, rows, stream_ptr, naive, sparse)
 
     def _sparse(self, name: str, rows: int, naive: bool) -> bool | None:
-        """Whether a chunked launch takes the sparse plan, from a sample of this step's masks (None
-        for the other kernels)."""
-        if naive or name not in _CHUNKED_KERNELS:
+        """Whether a chunked or small launch takes the sparse plan, from a sample of this step's masks
+        (None for the other kernels)."""
+        if naive or (name not in _CHUNKED_KERNELS and name not in _FLAT_SPARSE_KERNELS):
             return None
         if self._forced_sparse is not None:
             return self._forced_sparse
@@ -504,7 +521,9 @@ class CudaBitmaskApplier:
     def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool, sparse: bool | None) -> None:
         if sparse and name in _SCAN_KERNELS and self._param_ints[0].value == self.words:  # (masks back to back)
             name = _SCAN_KERNELS[name]
-        grouped = sparse is False and rows > self._group_rows
+        elif sparse and name in _FLAT_SPARSE_KERNELS:
+            name = _FLAT_SPARSE_KERNELS[name]
+        grouped = sparse is False and rows > self._group_rows and name in _CHUNKED_KERNELS
         grid = self._grids.get((name, rows, sparse))
         if grid is None:  # (row groups: the grid of a full group)
             grid = self._grid(name, self._group_rows if grouped else rows, naive, sparse)

@@ -17,7 +17,8 @@
 // VEC == 1 is the path for rows that are not 16-byte aligned (e.g. fp32 with V = 32001).
 // Small launches (mask_flat) are latency-bound instead: one vector per thread (two for the larger
 // fp32 ones). Mid-size 16-bit launches (mask_by_word) take one warp per chunk in a grid that covers
-// every chunk once, with fewer registers than the chunked kernels so that one wave holds them all.
+// every chunk once, with fewer registers than the chunked kernels so that one wave holds them all;
+// so do small launches whose masks mostly allow everything (the loader samples them).
 // Rows are base + row * row_stride for one strided tensor, or an array of pointers for separate
 // per-request tensors (TensorRT-LLM's logits post-processor).
 
@@ -497,8 +498,8 @@ __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, 
     }
 }
 
-// Mid-size launches: one thread per mask word and one warp per chunk of 32 words, in a grid that
-// covers every chunk once (no passes, few registers: one wave holds more warps than the chunked
+// Mid-size 16-bit launches, and small launches whose masks mostly allow everything: one thread per
+// mask word and one warp per chunk of 32 words, in a grid that covers every chunk once (no passes, few registers: one wave holds more warps than the chunked
 // kernels'). A warp whose words all allow everything leaves after one coalesced load. Otherwise
 // the lanes walk the chunk's vectors as the chunked kernel does (consecutive lanes on consecutive
 // vectors, bits from the word's lane by a shuffle): a vector allowed nothing is stored without
@@ -589,6 +590,7 @@ LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true, 1>(LLGT_ARGS)), float)
 LLGT_ENTRY(flat_f32_v4_x2, (mask_flat<float, 4, true, 2>(LLGT_ARGS)), float)
 LLGT_ENTRY(flat_f16_v8, (mask_flat<__half, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), __half)
 LLGT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(words_f32, (mask_by_word<float>(LLGT_ARGS)), float)
 LLGT_ENTRY(words_f16, (mask_by_word<__half>(LLGT_ARGS)), __half)
 LLGT_ENTRY(words_bf16, (mask_by_word<bf16>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(naive_f32, (mask_naive<float>(LLGT_ARGS)), float)

@@ -57,8 +57,10 @@ def appliers() -> dict[int, object]:
 # dense for the others), and with each plan forced onto every kind of mask. The "words" build forces
 # the one-warp-per-chunk kernel of mid-size 16-bit launches onto them (fp32 and unaligned rows keep
 # the chunked kernel there). The "flat_x2" build gives the fp32 small-launch kernel two vectors per
-# thread. The "grouped" build runs the chunked kernel as dense-plan row groups of two rows' masks
-# (one launch per group), as launches whose masks exceed GROUP_MASK_BYTES run.
+# thread; "flat_sparse" and "flat_dense" force each plan onto the small launches (the sparse one
+# takes the one-warp-per-chunk kernel, of every dtype, which the default picks for "all"). The
+# "grouped" build runs the chunked kernel as dense-plan row groups of two rows' masks (one launch
+# per group), as launches whose masks exceed GROUP_MASK_BYTES run.
 CHUNKED_BUILDS: dict[str, tuple[int | None, str | None]] = {
     "chunked": (None, None),
     "chunked_read": (0, None),
@@ -66,7 +68,11 @@ CHUNKED_BUILDS: dict[str, tuple[int | None, str | None]] = {
     "chunked_read_sparse": (0, "sparse"),
     "chunked_dense": (None, "dense"),
 }
-FLAT_BUILDS = {"flat_x2": 2}
+FLAT_BUILDS: dict[str, tuple[int | None, str | None]] = {
+    "flat_x2": (2, None),
+    "flat_sparse": (None, "sparse"),
+    "flat_dense": (None, "dense"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +98,14 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
         for vocab in VOCABS
     }
     flat = {
-        (build, vocab): CudaBitmaskApplier(torch.device("cuda"), 16, vocab, flat_per_thread=per_thread)
-        for build, per_thread in FLAT_BUILDS.items()
+        (build, vocab): CudaBitmaskApplier(
+            torch.device("cuda"),
+            16,
+            vocab,
+            flat_per_thread=per_thread,
+            plan=None if plan is None else LaunchPlan(plan),
+        )
+        for build, (per_thread, plan) in FLAT_BUILDS.items()
         for vocab in VOCABS
     }
     grouped = {
@@ -269,8 +281,8 @@ def test_per_request_tensors_on_a_side_stream(
 def test_repeated_steps_replay_one_captured_graph_with_each_steps_masks_and_rows(form: str, rows: int) -> None:
     """From the second step of a shape on, the copy, event and launch are one graph replay; each
     replay must still use that step's masks and, for per-request rows, that step's row addresses.
-    The chunked kernel's steps whose masks allow everything (steps 1 and 5) take the sparse plan,
-    the others the dense one: a graph each."""
+    The steps whose masks allow everything (steps 1 and 5) take the sparse plan, the others the
+    dense one: a graph each."""
     from backend.kernels.cuda_masking import CudaBitmaskApplier
 
     vocab = 128256
@@ -287,7 +299,7 @@ def test_repeated_steps_replay_one_captured_graph_with_each_steps_masks_and_rows
         applier.host_masks(rows).copy_(mask)
         applier.apply(gpu if form == "tensor" else [gpu[i].view(1, 1, vocab) for i in range(rows)], stream)
         assert same_bits(gpu, expected), f"step {step}"
-    assert applier.captured_shapes == (2 if rows == 32 else 1)
+    assert applier.captured_shapes == 2
 
 
 def test_a_larger_batch_reallocates_and_drops_the_graphs() -> None:
