@@ -105,6 +105,8 @@ PREFETCH_MIN_LOGITS_BYTES = 128 << 20
 _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_bf16_v8_scatter"}
 # The chunked kernels (mask_rows), the ones launched as row groups when their masks are many.
 _CHUNKED_KERNELS = frozenset({*_KERNELS.values(), *_SCATTER_KERNELS.values()})
+# The kernels whose launch follows a LaunchPlan, sampled from each step's masks.
+_PLANNED_KERNELS = _CHUNKED_KERNELS | frozenset(_FLAT_SPARSE_KERNELS)
 # The sparse plan's kernel for aligned rows (scan_rows): resident warps (_SCAN_WAVES times the blocks
 # all SMs hold) walk the launch's masks as one array, more words in flight per warp than mask_rows.
 _SCAN_KERNELS = {
@@ -131,8 +133,8 @@ class LaunchPlan(enum.Enum):
 
 
 # A step shape, whose launches are captured as one graph: kernel, rows, row base and stride, and
-# whether a chunked or small launch takes the sparse plan (None for the other kernels). (A bool, not the
-# enum: hashing an enum member runs Python code, and a step looks its shape up.)
+# whether a chunked or small launch takes the sparse plan (None for the other kernels). (A bool,
+# not the enum: hashing an enum member runs Python code, and a step looks its shape up.)
 _Shape = tuple[str, int, int, int, bool | None]
 
 
@@ -432,7 +434,7 @@ class CudaBitmaskApplier:
     def _sparse(self, name: str, rows: int, naive: bool) -> bool | None:
         """Whether a chunked or small launch takes the sparse plan, from a sample of this step's masks
         (None for the other kernels)."""
-        if naive or (name not in _CHUNKED_KERNELS and name not in _FLAT_SPARSE_KERNELS):
+        if naive or name not in _PLANNED_KERNELS:
             return None
         if self._forced_sparse is not None:
             return self._forced_sparse

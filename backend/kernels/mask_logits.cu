@@ -499,11 +499,12 @@ __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, 
 }
 
 // Mid-size 16-bit launches, and small launches whose masks mostly allow everything: one thread per
-// mask word and one warp per chunk of 32 words, in a grid that covers every chunk once (no passes, few registers: one wave holds more warps than the chunked
-// kernels'). A warp whose words all allow everything leaves after one coalesced load. Otherwise
-// the lanes walk the chunk's vectors as the chunked kernel does (consecutive lanes on consecutive
-// vectors, bits from the word's lane by a shuffle): a vector allowed nothing is stored without
-// being read, a mixed one read, selected and written back. Rows must be 16-byte aligned.
+// mask word and one warp per chunk of 32 words, in a grid that covers every chunk once (no passes,
+// few registers: one wave holds more warps than the chunked kernels'). A warp whose words all allow
+// everything leaves after one coalesced load. Otherwise the lanes walk the chunk's vectors as the
+// chunked kernel does (consecutive lanes on consecutive vectors, bits from the word's lane by a
+// shuffle): a vector allowed nothing is stored without being read, a mixed one read, selected and
+// written back. Rows must be 16-byte aligned.
 template <typename T>
 __device__ __forceinline__ void mask_by_word(T* const* __restrict__ rows, T* base, long long row_stride,
                                              const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
