@@ -392,8 +392,8 @@ def parse_variant(text: str) -> Variant:
     WORDS_MIB: the largest 16-bit launch above FLAT_MIB of one warp per chunk, every chunk at once;
     FLAT_VECTORS: 16-byte vectors per thread of fp32 small launches, 1 or 2, instead of by size;
     GROUP_MIB: chunked launches whose masks exceed it run as row groups whose masks fit, one launch
-    each; 0: one launch whatever the masks' size; PLAN: dense or sparse, every chunked launch laid out
-    so instead of by a sample of its masks)."""
+    each; 0: one launch whatever the masks' size; PLAN: dense or sparse, every chunked or small launch
+    laid out so instead of by a sample of its masks)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
     flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES

@@ -4,7 +4,9 @@ The chunked kernel's best grid depends on the masks. A step whose masks mostly a
 only reads them: a few long-lived warps with several loads in flight each do that fastest. A step
 whose masks make the kernel write is fastest with one warp per chunk and its masks in L2 first,
 and that includes a JSON string's masks, which refuse only 1-2% of the tokens: those are spread
-over the vocabulary, so hardly a chunk of 1024 tokens allows everything. The masks sit in pinned
+over the vocabulary, so hardly a chunk of 1024 tokens allows everything. Small launches differ the
+same way: all allowed, a warp per chunk that leaves after its mask words is fastest; otherwise a
+vector per thread that loads its logits with its mask word. The masks sit in pinned
 host memory before the launch, so a sample of them, read on the host, tells the two apart for
 about a microsecond.
 
