@@ -93,6 +93,8 @@ _FLAT_SPARSE_KERNELS = {
     "flat_f16_v8": "words_f16",
     "flat_bf16_v8": "words_bf16",
 }
+# The mask_by_word builds, whose grid covers every chunk once whatever the plan or waves.
+_BY_WORD_KERNELS = frozenset({*_WORDS_KERNELS.values(), *_FLAT_SPARSE_KERNELS.values()})
 # Masks that make the kernel write (LaunchPlan.DENSE) take one warp per chunk. A launch of over
 # PREFETCH_MIN_LOGITS_BYTES of logits with at most GROUP_MASK_BYTES of masks prefetches them all into
 # L2 first, so the warps' mask loads do not read DRAM in among the stores (1-token cells 4-9% faster;
@@ -296,8 +298,7 @@ class CudaBitmaskApplier:
             *_KERNELS.values(),
             *NAIVE_KERNELS.values(),
             *_SCATTER_KERNELS.values(),
-            *_WORDS_KERNELS.values(),
-            *_FLAT_SPARSE_KERNELS.values(),
+            *_BY_WORD_KERNELS,
             *_SCAN_KERNELS.values(),
         }
         for name in sorted(names | set(_FLAT_SHAPES)):
@@ -590,7 +591,7 @@ class CudaBitmaskApplier:
 
     def _grid(self, name: str, rows: int, naive: bool, sparse: bool | None = None) -> tuple[int, int, int]:
         """Blocks in x and y (y is the row) and threads per block."""
-        if name in _FLAT_SHAPES or name in _WORDS_KERNELS.values():  # a few vectors, or a mask word, per thread
+        if name in _FLAT_SHAPES or name in _BY_WORD_KERNELS:  # a few vectors, or a mask word, per thread
             vector, per_thread = _FLAT_SHAPES.get(name, (32, 1))
             per_block = THREADS_PER_BLOCK * vector * per_thread
             return (self.vocab_size + per_block - 1) // per_block, rows, THREADS_PER_BLOCK

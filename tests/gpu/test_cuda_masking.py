@@ -174,6 +174,27 @@ def test_a_small_fp32_launch_of_most_of_a_wave_takes_two_vectors_per_thread(
     assert same_bits(gpu, expected)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_sparse_plan_small_launch_masks_every_chunk_however_few_waves_the_chunked_kernels_take(
+    dtype: torch.dtype,
+) -> None:
+    """The one-warp-per-chunk kernel covers each chunk once, so its grid must not follow the
+    chunked kernels' waves (fixed low here, as a benchmark variant or a GPU with few SMs has them)."""
+    from backend.kernels.cuda_masking import CudaBitmaskApplier, LaunchPlan
+
+    vocab, rows = 151936, 8
+    applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, waves=0.01, plan=LaunchPlan.SPARSE)
+    generator = torch.Generator().manual_seed(3)
+    mask = masks("random", rows, vocab, generator)
+    logits = torch.randn((rows, vocab), generator=generator).to(dtype)
+    expected = logits.clone()
+    apply_token_bitmask_cpu(expected, mask)
+    gpu = logits.cuda()
+    applier.host_masks(rows).copy_(mask)
+    applier.apply(gpu, torch.cuda.current_stream().cuda_stream)
+    assert same_bits(gpu, expected)
+
+
 def test_the_one_vector_kernels_fit_a_wave_of_eight_blocks_per_sm(appliers: dict[int, object]) -> None:
     """The choice of two vectors per thread counts 8 blocks of 256 threads per SM: 32 registers at most."""
     registers = appliers[32001].registers()  # type: ignore[attr-defined]
