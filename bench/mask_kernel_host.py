@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from backend.kernels.cuda_masking import CudaBitmaskApplier
+from backend.kernels.cuda_masking import _CU_EVENT_RECORD_EXTERNAL, CudaBitmaskApplier
 from bench.mask_kernel import DTYPES, load_module, make_masks, write_report
 
 logger = logging.getLogger("bench.mask_kernel_host")
@@ -52,24 +52,19 @@ def host_us(parts: dict[str, Callable[[], object]], repeats: int) -> dict[str, f
 def captured_graph(applier: CudaBitmaskApplier, logits: torch.Tensor, *, copy: bool, event: bool) -> ctypes.c_void_p:
     """A graph of the step's kernel, after its mask copy and the copy's event where asked (a
     diagnostic of what each node costs the graph launch: uses the applier's privates)."""
-    lib, stream = applier._driver.lib, applier._capture_stream
+    driver = applier._driver
     name, rows = applier._set_pointers(logits, False)
     sparse = applier._sparse(name, rows, False)
-    applier._driver.check(lib.cuStreamBeginCapture_v2(stream, 2), "cuStreamBeginCapture")
-    graph = ctypes.c_void_p()
-    try:
+
+    def enqueue(stream_ptr: int) -> None:
         if copy:
-            applier._driver.check(applier._memcpy(*applier._step_copy(rows), stream.value or 0), "cuMemcpyHtoDAsync")
+            driver.check(applier._memcpy(*applier._step_copy(rows), stream_ptr), "cuMemcpyHtoDAsync")
         if event:
-            applier._driver.check(lib.cuEventRecordWithFlags(applier._copied, stream.value or 0, 1), "cuEventRecord")
-        applier._launch(name, rows, stream.value or 0, False, sparse)
-    finally:
-        ended = lib.cuStreamEndCapture(stream, ctypes.byref(graph))
-    applier._driver.check(ended, "cuStreamEndCapture")
-    executable = ctypes.c_void_p()
-    applier._driver.check(lib.cuGraphInstantiateWithFlags(ctypes.byref(executable), graph, 0), "instantiate")
-    lib.cuGraphDestroy(graph)
-    return executable
+            recorded = driver.lib.cuEventRecordWithFlags(applier._copied, stream_ptr, _CU_EVENT_RECORD_EXTERNAL)
+            driver.check(recorded, "cuEventRecord")
+        applier._launch(name, rows, stream_ptr, False, sparse)
+
+    return applier._capture_graph(enqueue)
 
 
 def step_graph(applier: CudaBitmaskApplier, logits: torch.Tensor) -> ctypes.c_void_p:

@@ -28,7 +28,7 @@ import ctypes
 import enum
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -466,12 +466,23 @@ class CudaBitmaskApplier:
 
     def _capture(self, shape: _Shape, naive: bool) -> _void_p:
         """Capture the step for ``shape`` (copy, event, launch with today's parameters) as a graph."""
-        lib, stream = self._driver.lib, self._capture_stream
         name, rows, _, _, sparse = shape
+        executable = self._capture_graph(
+            lambda stream_ptr: self._enqueue(name, rows, stream_ptr, naive, sparse, capturing=True)
+        )
+        if len(self._graphs) >= _MAX_GRAPHS:  # the oldest shape goes (freed once it has run)
+            self._driver.lib.cuGraphExecDestroy(self._graphs.pop(next(iter(self._graphs))))
+        self._graphs[shape] = executable
+        return executable
+
+    def _capture_graph(self, enqueue: Callable[[int], None]) -> _void_p:
+        """An executable graph of what ``enqueue(stream_ptr)`` queues, captured on the capture stream
+        (an event it records must be recorded with _CU_EVENT_RECORD_EXTERNAL to become a node)."""
+        lib, stream = self._driver.lib, self._capture_stream
         self._driver.check(lib.cuStreamBeginCapture_v2(stream, _CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture")
         graph = _void_p()
         try:
-            self._enqueue(name, rows, stream.value or 0, naive, sparse, capturing=True)
+            enqueue(stream.value or 0)
         finally:  # end the capture even when a call failed, so the stream stays usable
             ended = lib.cuStreamEndCapture(stream, ctypes.byref(graph))
         self._driver.check(ended, "cuStreamEndCapture")
@@ -481,9 +492,6 @@ class CudaBitmaskApplier:
             self._driver.check(result, "cuGraphInstantiate")
         finally:
             lib.cuGraphDestroy(graph)  # the executable graph keeps what it needs
-        if len(self._graphs) >= _MAX_GRAPHS:  # the oldest shape goes (freed once it has run)
-            lib.cuGraphExecDestroy(self._graphs.pop(next(iter(self._graphs))))
-        self._graphs[shape] = executable
         return executable
 
     def _drop_graphs(self) -> None:
