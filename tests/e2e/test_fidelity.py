@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
 import openai
 import pytest
 
-from tests.conftest import RunningServer
 from tests.e2e.test_structured_output import ASK_PERSON as ASK
 from tests.e2e.test_structured_output import MODEL, PERSON
 
 pytestmark = pytest.mark.e2e
 
 SCHEMA_FORMAT: Any = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
-
-
-@pytest.fixture(scope="module")
-def client(server: RunningServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0) as client:
-        yield client  # (closed after the module, not whenever the garbage collector gets to it)
 
 
 def test_constrained_chat_reports_the_logprobs_of_its_tokens(client: openai.OpenAI) -> None:

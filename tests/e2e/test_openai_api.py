@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,12 +17,6 @@ pytestmark = pytest.mark.e2e
 
 MODEL = "SmolLM2-135M-Instruct"
 MESSAGES: list[Any] = [{"role": "user", "content": "Name three colours."}]
-
-
-@pytest.fixture(scope="module")
-def client(server: RunningServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0) as client:
-        yield client  # (closed after the module, not whenever the garbage collector gets to it)
 
 
 def chat_text(client: openai.OpenAI, **kwargs: Any) -> str:

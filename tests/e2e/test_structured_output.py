@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -45,12 +44,6 @@ TIME_TOOL: Any = {
     },
 }
 ASK_WEATHER: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-@pytest.fixture(scope="module")
-def client(server: RunningServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0) as client:
-        yield client  # (closed after the module, not whenever the garbage collector gets to it)
 
 
 @pytest.mark.parametrize("strict", [True, False])
