@@ -308,8 +308,9 @@ def measure_case(
     calls_applier.host_masks(len(masks)).copy_(masks)
     row["host_calls_us"] = host_time_us(functools.partial(calls_applier.apply, work, stream_ptr), repeats)
     # The same with the launch plan the masks' sample picks set beforehand: what the sample costs.
-    sparse = MaskDensityProbe(masks.numpy().reshape(-1), masks.shape[1]).mostly_allowed(len(masks))
-    planned = planned_appliers[LaunchPlan.SPARSE if sparse else LaunchPlan.DENSE]
+    # (A chunked launch forced to the refused plan takes the dense one, as it would by its sample.)
+    plan = MaskDensityProbe(masks.numpy().reshape(-1), masks.shape[1]).plan(len(masks), refusable=True)
+    planned = planned_appliers[LaunchPlan(plan)]
     planned.host_masks(len(masks)).copy_(masks)
     row["host_planned_us"] = host_time_us(functools.partial(planned.apply, work, stream_ptr), repeats)
     for label, variant in variants.items():
@@ -392,8 +393,9 @@ def parse_variant(text: str) -> Variant:
     WORDS_MIB: the largest 16-bit launch above FLAT_MIB of one warp per chunk, every chunk at once;
     FLAT_VECTORS: 16-byte vectors per thread of fp32 small launches, 1 or 2, instead of by size;
     GROUP_MIB: chunked launches whose masks exceed it run as row groups whose masks fit, one launch
-    each; 0: one launch whatever the masks' size; PLAN: dense or sparse, every chunked or small launch
-    laid out so instead of by a sample of its masks)."""
+    each; 0: one launch whatever the masks' size; PLAN: dense, sparse or refused, every chunked or
+    small launch laid out so instead of by a sample of its masks; chunked launches take dense for
+    refused)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
     flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES

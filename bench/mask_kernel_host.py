@@ -54,7 +54,7 @@ def captured_graph(applier: CudaBitmaskApplier, logits: torch.Tensor, *, copy: b
     diagnostic of what each node costs the graph launch: uses the applier's privates)."""
     driver = applier._driver
     name, rows = applier._set_pointers(logits, False)
-    sparse = applier._sparse(name, rows, False)
+    plan = applier._plan(name, rows, False)
 
     def enqueue(stream_ptr: int) -> None:
         if copy:
@@ -62,14 +62,14 @@ def captured_graph(applier: CudaBitmaskApplier, logits: torch.Tensor, *, copy: b
         if event:
             recorded = driver.lib.cuEventRecordWithFlags(applier._copied, stream_ptr, _CU_EVENT_RECORD_EXTERNAL)
             driver.check(recorded, "cuEventRecord")
-        applier._launch(name, rows, stream_ptr, False, sparse)
+        applier._launch(name, rows, stream_ptr, False, plan)
 
     return applier._capture_graph(enqueue)
 
 
 def step_graph(applier: CudaBitmaskApplier, logits: torch.Tensor) -> ctypes.c_void_p:
     name, rows = applier._set_pointers(logits, False)
-    shape = (name, rows, applier._row_base, applier._row_stride, applier._sparse(name, rows, False))
+    shape = (name, rows, applier._row_base, applier._row_stride, applier._plan(name, rows, False))
     return applier._graphs[shape]
 
 

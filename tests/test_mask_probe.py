@@ -1,4 +1,4 @@
-"""The host-side sample that picks the chunked kernel's launch plan (no GPU needed)."""
+"""The host-side sample that picks the launch plan of chunked and small launches (no GPU needed)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from backend.kernels.mask_probe import SAMPLED_RUNS, MaskDensityProbe
+from backend.kernels.mask_probe import DENSE, REFUSED, SAMPLED_RUNS, SPARSE, MaskDensityProbe
 
 WORDS = (128256 + 31) // 32
 MAX_ROWS = 300
@@ -18,22 +18,29 @@ def probe_over(masks: npt.NDArray[np.int32]) -> MaskDensityProbe:
     return MaskDensityProbe(masks.reshape(-1), masks.shape[1])
 
 
-def test_masks_that_allow_everything_are_mostly_allowed_and_forced_tokens_are_not() -> None:
-    masks = np.full((MAX_ROWS, WORDS), -1, dtype=np.int32)
-    probe = probe_over(masks)
-    assert probe.mostly_allowed(MAX_ROWS) and probe.mostly_allowed(1)
-    masks[:] = 0
+@pytest.mark.parametrize("refusable", [True, False])
+def test_masks_that_allow_everything_are_sparse(refusable: bool) -> None:
+    probe = probe_over(np.full((MAX_ROWS, WORDS), -1, dtype=np.int32))
+    assert probe.plan(MAX_ROWS, refusable) == SPARSE and probe.plan(1, refusable) == SPARSE
+
+
+def test_forced_tokens_are_refused_where_the_launch_can_take_that_plan_and_dense_elsewhere() -> None:
+    """A grammar state that admits one token (a colon after a key) refuses nearly every run."""
+    masks = np.zeros((MAX_ROWS, WORDS), dtype=np.int32)
     masks[np.arange(MAX_ROWS), np.arange(MAX_ROWS) % WORDS] = 1 << 5  # one token a row
-    assert not probe.mostly_allowed(MAX_ROWS) and not probe.mostly_allowed(1)
+    probe = probe_over(masks)
+    assert probe.plan(MAX_ROWS, refusable=True) == REFUSED and probe.plan(1, refusable=True) == REFUSED
+    assert probe.plan(MAX_ROWS, refusable=False) == DENSE and probe.plan(1, refusable=False) == DENSE
 
 
-def test_random_masks_are_not_mostly_allowed() -> None:
+@pytest.mark.parametrize("refusable", [True, False])
+def test_random_masks_are_dense(refusable: bool) -> None:
     rng = np.random.default_rng(0)
     masks = rng.integers(-(2**31), 2**31, size=(64, WORDS), dtype=np.int64).astype(np.int32)
-    assert not probe_over(masks).mostly_allowed(64)
+    assert probe_over(masks).plan(64, refusable) == DENSE
 
 
-def test_a_string_state_that_refuses_a_few_tokens_all_over_the_vocabulary_is_not_mostly_allowed() -> None:
+def test_a_string_state_that_refuses_a_few_tokens_all_over_the_vocabulary_is_dense() -> None:
     """Inside a JSON string every token but those with a quote, a backslash or a control character
     may come: about 2% refused, spread over the vocabulary, so hardly a chunk of 1024 tokens allows
     everything and the kernel writes into every one (the dense plan was 1.01-1.21x faster there)."""
@@ -43,23 +50,25 @@ def test_a_string_state_that_refuses_a_few_tokens_all_over_the_vocabulary_is_not
     bits = (~(np.int64(1) << (refused & 31))).astype(np.int32)
     np.bitwise_and.at(masks, (np.arange(256)[:, None], refused >> 5), bits)
     assert (masks != -1).mean() > 0.4  # about half the words refuse a token
-    assert not probe_over(masks).mostly_allowed(256)
+    assert probe_over(masks).plan(256, refusable=True) == DENSE
 
 
-def test_a_row_that_refuses_a_few_neighbouring_tokens_is_mostly_allowed() -> None:
+def test_a_row_that_refuses_a_few_neighbouring_tokens_is_sparse() -> None:
     """Refused tokens in one stretch of the vocabulary leave the other chunks to be skipped."""
     masks = np.full((8, WORDS), -1, dtype=np.int32)
     masks[:, :40] = 0
-    assert probe_over(masks).mostly_allowed(8)
+    assert probe_over(masks).plan(8, refusable=True) == SPARSE
 
 
-@pytest.mark.parametrize(("allowing_rows", "expected"), [(4, True), (2, False), (1, False)])
-def test_a_mixed_batch_is_sparse_only_when_nearly_every_row_allows_all(allowing_rows: int, expected: bool) -> None:
-    """Rows that allow everything among rows that force a token, interleaved (4 of 4 allowing: all)."""
+@pytest.mark.parametrize(("allowing_rows", "expected"), [(4, SPARSE), (2, DENSE), (0, REFUSED)])
+def test_a_mixed_batch_takes_a_one_sided_plan_only_when_nearly_every_row_is_one_sided(
+    allowing_rows: int, expected: str
+) -> None:
+    """Rows that allow everything among rows that allow nothing, interleaved (4 of 4 allowing: all)."""
     masks = np.zeros((256, WORDS), dtype=np.int32)
     for first in range(allowing_rows):
         masks[first::4] = -1
-    assert probe_over(masks).mostly_allowed(256) is expected
+    assert probe_over(masks).plan(256, refusable=True) == expected
 
 
 @pytest.mark.parametrize("rows", [64, 256, 1000, 4096])
@@ -76,7 +85,9 @@ def test_only_the_steps_rows_are_sampled() -> None:
     """Rows past this step's (left over from a larger one) do not count."""
     masks = np.full((MAX_ROWS, WORDS), -1, dtype=np.int32)
     masks[:10] = 0
-    assert not probe_over(masks).mostly_allowed(10)
+    assert probe_over(masks).plan(10, refusable=True) == REFUSED
+    masks[:10] = 0x5555_5555
+    assert probe_over(masks).plan(10, refusable=True) == DENSE
 
 
 @settings(max_examples=100, deadline=None)
@@ -98,7 +109,7 @@ def test_each_sample_lies_in_its_own_stretch_of_the_rows_and_inside_them(rows: i
 
 def test_a_single_word_of_masks_is_dense() -> None:
     probe = MaskDensityProbe(np.full(1, -1, dtype=np.int32), 1)
-    assert not probe.mostly_allowed(1)
+    assert probe.plan(1, refusable=True) == DENSE
     with pytest.raises(ValueError, match="no whole run"):
         probe.positions(1)
 
@@ -106,4 +117,4 @@ def test_a_single_word_of_masks_is_dense() -> None:
 def test_more_rows_than_the_buffer_holds_are_refused() -> None:
     probe = MaskDensityProbe(np.zeros(4 * WORDS, dtype=np.int32), WORDS)
     with pytest.raises(ValueError, match="do not fit"):
-        probe.mostly_allowed(5)
+        probe.plan(5, refusable=True)

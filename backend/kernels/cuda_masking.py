@@ -14,9 +14,10 @@ on its own stream objects while the engine hands us a raw ``stream_ptr``:
 - an event after the copy tells the next step when the pinned buffer may be rewritten;
 - the copy, the event and the launch of a step shape (kernel, rows, row addressing, launch plan)
   seen before are replayed as one captured CUDA graph: one driver call per step instead of three;
-- a large launch's grid follows its masks: a sample of them, read on the host, tells
-  steps that mostly allow everything (the kernel only reads the masks) from steps that make the
-  kernel write (``LaunchPlan``);
+- a launch's layout follows its masks: a sample of them, read on the host, tells steps that
+  mostly allow everything (the kernel only reads the masks) from steps that make the kernel write
+  and, for 16-bit small launches, from steps that allow almost nothing (no thread reads a logit
+  it refuses) (``LaunchPlan``);
 - the device's primary context (the one torch and TensorRT-LLM use) is made current on the
   calling thread when it is not already.
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backend.kernels.mask_probe import MaskDensityProbe
+from backend.kernels.mask_probe import DENSE, REFUSED, SPARSE, MaskDensityProbe
 
 KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
 THREADS_PER_BLOCK = 256
@@ -73,7 +74,14 @@ _FLAT_KERNELS = {"mask_f32_v4": "flat_f32_v4", "mask_f16_v8": "flat_f16_v8", "ma
 _FLAT_TWO_PER_THREAD = {"flat_f32_v4": "flat_f32_v4_x2"}
 _FLAT_TWO_FROM_WAVE = 0.75
 # Each small-launch kernel: (elements per 16-byte vector, vectors per thread).
-_FLAT_SHAPES = {"flat_f32_v4": (4, 1), "flat_f32_v4_x2": (4, 2), "flat_f16_v8": (8, 1), "flat_bf16_v8": (8, 1)}
+_FLAT_SHAPES = {
+    "flat_f32_v4": (4, 1),
+    "flat_f32_v4_x2": (4, 2),
+    "flat_f16_v8": (8, 1),
+    "flat_bf16_v8": (8, 1),
+    "flat_f16_v8_scatter": (8, 1),
+    "flat_bf16_v8_scatter": (8, 1),
+}
 # One warp per chunk, every chunk at once (mask_by_word), for aligned 16-bit launches above
 # flat_max_bytes up to WORDS_MAX_BYTES: all-allowed 1.76 against 3.5 us at 16 MB, 1-token 8-10%
 # faster, 50% from 4% slower to 9% faster (docs/benchmarks.md). fp32 keeps the chunked kernel, whose
@@ -93,6 +101,14 @@ _FLAT_SPARSE_KERNELS = {
     "flat_f16_v8": "words_f16",
     "flat_bf16_v8": "words_bf16",
 }
+# 16-bit small launches whose masks mostly allow nothing (LaunchPlan.REFUSED): no thread reads the
+# logits its mask word refuses. A 16-bit small-launch thread otherwise loads its logits together
+# with its mask word (a mixed vector then costs one memory latency, not two), and when nearly every
+# vector is refused those reads are wasted: these threads load only their mask words, store -inf
+# into refused vectors and scatter into mixed spans, as fp32 threads always do (so fp32 launches
+# have no refused plan). 1 token at 64 x 32k bf16: 2.42 against 2.54 us, xgrammar 2.45; at
+# 32 x 128k: 3.48 against 4.21; but 1.84 against 1.74 at 8 x 152k (docs/benchmarks.md).
+_FLAT_REFUSED_KERNELS = {"flat_f16_v8": "flat_f16_v8_scatter", "flat_bf16_v8": "flat_bf16_v8_scatter"}
 # The mask_by_word builds, whose grid covers every chunk once whatever the plan or waves.
 _BY_WORD_KERNELS = frozenset({*_WORDS_KERNELS.values(), *_FLAT_SPARSE_KERNELS.values()})
 # Masks that make the kernel write (LaunchPlan.DENSE) take one warp per chunk. A launch of over
@@ -128,16 +144,18 @@ class LaunchPlan(enum.Enum):
     """How a launch is laid out, chosen per step from a sample of its masks (all but the plain
     kernel's and the mid-size 16-bit launches', which have one layout)."""
 
-    SPARSE = "sparse"  # nearly every sampled run allows everything: masks read as one array, or
+    SPARSE = SPARSE  # nearly every sampled run allows everything: masks read as one array, or
     # (small launches) a warp per chunk that leaves after its mask words
-    DENSE = "dense"  # the kernel writes: a warp per chunk, masks prefetched into L2, row groups; or
+    DENSE = DENSE  # the kernel writes: a warp per chunk, masks prefetched into L2, row groups; or
     # (small launches) a vector per thread
+    REFUSED = REFUSED  # (16-bit small launches) nearly every sampled run allows nothing: a vector
+    # per thread that never reads the logits its mask refuses (other launches take the dense plan)
 
 
 # A step shape, whose launches are captured as one graph: kernel, rows, row base and stride, and
-# whether a chunked or small launch takes the sparse plan (None for the other kernels). (A bool,
-# not the enum: hashing an enum member runs Python code, and a step looks its shape up.)
-_Shape = tuple[str, int, int, int, bool | None]
+# the plan a chunked or small launch takes (LaunchPlan's value; None for the other kernels). (The
+# value, not the enum: hashing an enum member runs Python code, and a step looks its shape up.)
+_Shape = tuple[str, int, int, int, str | None]
 
 
 def _element_bytes(kernel: str) -> int:
@@ -221,8 +239,9 @@ class CudaBitmaskApplier:
         ``flat_max_bytes`` of one warp per chunk, every chunk at once), ``flat_per_thread``
         (vectors per thread of the fp32 small-launch kernel, 1 or 2, instead of by launch
         size), ``group_mask_bytes`` (chunked launches whose masks exceed it run as dense-plan row
-        groups whose masks fit, one launch each; None: never) and ``plan`` (every chunked launch
-        laid out so, instead of by its masks) exist for the benchmark's comparisons and the tests."""
+        groups whose masks fit, one launch each; None: never) and ``plan`` (every chunked or small
+        launch laid out so, instead of by its masks; the launches that have no refused plan take
+        the dense one for it) exist for the benchmark's comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -242,7 +261,7 @@ class CudaBitmaskApplier:
         self._flat_wave_blocks = int(sms) * (2048 // THREADS_PER_BLOCK)  # (flat_f32_v4's registers allow it)
         self._flat_two_above_rows = self._flat_two_threshold(flat_per_thread)
         self._waves = waves
-        self._forced_sparse = None if plan is None else plan is LaunchPlan.SPARSE
+        self._forced_plan: str | None = None if plan is None else plan.value
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
         self._flat_max_bytes = flat_max_bytes
         self._words_max_bytes = words_max_bytes
@@ -284,7 +303,7 @@ class CudaBitmaskApplier:
         self._launch_kernel, self._launch_graph = lib.cuLaunchKernel, lib.cuGraphLaunch
         self._current_holder = _void_p()
         self._current_ref = ctypes.byref(self._current_holder)
-        self._grids: dict[tuple[str, int, bool | None], tuple[int, int, int]] = {}
+        self._grids: dict[tuple[str, int, str | None], tuple[int, int, int]] = {}
         self._primary_threads: set[int] = set()
         self._row_base, self._row_stride = 0, 0  # uniform rows: base + row * stride; stride 0: the array
 
@@ -416,8 +435,8 @@ class CudaBitmaskApplier:
 
     def _queue(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
         """The step's copy, event and launch: a graph replay when this shape was seen before."""
-        sparse = self._sparse(name, rows, naive)
-        shape = (name, rows, self._row_base, self._row_stride, sparse)
+        plan = self._plan(name, rows, naive)
+        shape = (name, rows, self._row_base, self._row_stride, plan)
         graph = self._graphs.get(shape)
         if graph is None and self._use_graphs and shape in self._seen:
             graph = self._capture(shape, naive)
@@ -430,19 +449,21 @@ class CudaBitmaskApplier:
         if len(self._seen) >= _MAX_SEEN:
             self._seen.clear()
         self._seen.add(shape)
-        self._enqueue(name, rows, stream_ptr, naive, sparse)
+        self._enqueue(name, rows, stream_ptr, naive, plan)
 
-    def _sparse(self, name: str, rows: int, naive: bool) -> bool | None:
-        """Whether a chunked or small launch takes the sparse plan, from a sample of this step's masks
-        (None for the other kernels)."""
+    def _plan(self, name: str, rows: int, naive: bool) -> str | None:
+        """The plan (LaunchPlan's value) a chunked or small launch takes, from a sample of this step's
+        masks (None for the other kernels; only 16-bit small launches take the refused plan)."""
         if naive or name not in _PLANNED_KERNELS:
             return None
-        if self._forced_sparse is not None:
-            return self._forced_sparse
-        return self._probe.mostly_allowed(rows)
+        refusable = name in _FLAT_REFUSED_KERNELS
+        forced = self._forced_plan
+        if forced is not None:
+            return DENSE if forced == REFUSED and not refusable else forced
+        return self._probe.plan(rows, refusable)
 
     def _enqueue(
-        self, name: str, rows: int, stream_ptr: int, naive: bool, sparse: bool | None, *, capturing: bool = False
+        self, name: str, rows: int, stream_ptr: int, naive: bool, plan: str | None, *, capturing: bool = False
     ) -> None:
         if self._memcpy(*self._step_copy(rows), stream_ptr):
             raise RuntimeError("cuMemcpyHtoDAsync failed")
@@ -452,7 +473,7 @@ class CudaBitmaskApplier:
             result = self._record(self._copied, stream_ptr)
         if result:
             raise RuntimeError(f"cuEventRecord failed with CUDA driver error {result}")
-        self._launch(name, rows, stream_ptr, naive, sparse)
+        self._launch(name, rows, stream_ptr, naive, plan)
 
     def _step_copy(self, rows: int) -> tuple[int, int, int]:
         """Device address, host address and bytes of a step's one copy: the rows' pointers, which sit
@@ -466,9 +487,9 @@ class CudaBitmaskApplier:
 
     def _capture(self, shape: _Shape, naive: bool) -> _void_p:
         """Capture the step for ``shape`` (copy, event, launch with today's parameters) as a graph."""
-        name, rows, _, _, sparse = shape
+        name, rows, _, _, plan = shape
         executable = self._capture_graph(
-            lambda stream_ptr: self._enqueue(name, rows, stream_ptr, naive, sparse, capturing=True)
+            lambda stream_ptr: self._enqueue(name, rows, stream_ptr, naive, plan, capturing=True)
         )
         if len(self._graphs) >= _MAX_GRAPHS:  # the oldest shape goes (freed once it has run)
             self._driver.lib.cuGraphExecDestroy(self._graphs.pop(next(iter(self._graphs))))
@@ -525,26 +546,29 @@ class CudaBitmaskApplier:
             stride.value = mask_stride
         try:
             with self._current():
-                self._launch(name, rows, stream_ptr, naive, self._sparse(name, rows, naive))
+                self._launch(name, rows, stream_ptr, naive, self._plan(name, rows, naive))
         finally:
             stride.value = saved
 
-    def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool, sparse: bool | None) -> None:
-        if sparse and name in _SCAN_KERNELS and self._param_ints[0].value == self.words:  # (masks back to back)
-            name = _SCAN_KERNELS[name]
-        elif sparse and name in _FLAT_SPARSE_KERNELS:
-            name = _FLAT_SPARSE_KERNELS[name]
-        grouped = sparse is False and rows > self._group_rows and name in _CHUNKED_KERNELS
-        grid = self._grids.get((name, rows, sparse))
+    def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool, plan: str | None) -> None:
+        if plan == SPARSE:
+            if name in _SCAN_KERNELS and self._param_ints[0].value == self.words:  # (masks back to back)
+                name = _SCAN_KERNELS[name]
+            elif name in _FLAT_SPARSE_KERNELS:
+                name = _FLAT_SPARSE_KERNELS[name]
+        elif plan == REFUSED:
+            name = _FLAT_REFUSED_KERNELS[name]
+        grouped = plan == DENSE and rows > self._group_rows and name in _CHUNKED_KERNELS
+        grid = self._grids.get((name, rows, plan))
         if grid is None:  # (row groups: the grid of a full group)
-            grid = self._grid(name, self._group_rows if grouped else rows, naive, sparse)
-            self._grids[(name, rows, sparse)] = grid
+            grid = self._grid(name, self._group_rows if grouped else rows, naive, plan)
+            self._grids[(name, rows, plan)] = grid
         self._param_rows.value = self._device_address + self._pointer_bytes - rows * 8
         self._param_base.value, self._param_row_stride.value = self._row_base, self._row_stride
         if grouped:
             self._launch_groups(name, rows, grid, stream_ptr)
             return
-        self._param_prefetch.value = self._prefetches(name, rows, sparse)
+        self._param_prefetch.value = self._prefetches(name, rows, plan)
         self._param_row_count.value = rows
         if self._launch_kernel(
             self._functions[name], grid[0], grid[1], 1, grid[2], 1, 1, 0, stream_ptr, self._params, None
@@ -569,7 +593,7 @@ class CudaBitmaskApplier:
                 self._param_rows.value = rows_address + first * 8
                 self._param_base.value = base + first * self._row_stride * element
                 self._param_masks.value = masks + first * self.words * 4
-                self._param_prefetch.value = self._prefetches(name, count, sparse=False)
+                self._param_prefetch.value = self._prefetches(name, count, DENSE)
                 if self._launch_kernel(
                     self._functions[name], row_blocks, count, 1, threads, 1, 1, 0, stream_ptr, self._params, None
                 ):
@@ -577,11 +601,11 @@ class CudaBitmaskApplier:
         finally:
             self._param_masks.value = masks
 
-    def _prefetches(self, name: str, rows: int, sparse: bool | None) -> int:
+    def _prefetches(self, name: str, rows: int, plan: str | None) -> int:
         """1 when a launch of ``rows`` rows prefetches its masks into L2 before its stores (dense plan)."""
         masks_fit = rows * self.words * 4 <= GROUP_MASK_BYTES
         large = self._logits_bytes(name, rows) > PREFETCH_MIN_LOGITS_BYTES
-        return int(sparse is False and masks_fit and large)
+        return int(plan == DENSE and masks_fit and large)
 
     def _logits_bytes(self, name: str, rows: int) -> int:
         """Bytes of logits a launch of kernel ``name`` over ``rows`` rows masks."""
@@ -597,7 +621,7 @@ class CudaBitmaskApplier:
         row_blocks = self._grid("flat_f32_v4", 1, False)[0]
         return int(_FLAT_TWO_FROM_WAVE * self._flat_wave_blocks) // row_blocks
 
-    def _grid(self, name: str, rows: int, naive: bool, sparse: bool | None = None) -> tuple[int, int, int]:
+    def _grid(self, name: str, rows: int, naive: bool, plan: str | None = None) -> tuple[int, int, int]:
         """Blocks in x and y (y is the row) and threads per block."""
         if name in _FLAT_SHAPES or name in _BY_WORD_KERNELS:  # a few vectors, or a mask word, per thread
             vector, per_thread = _FLAT_SHAPES.get(name, (32, 1))
@@ -617,7 +641,7 @@ class CudaBitmaskApplier:
         chunk_blocks = (chunks + warps - 1) // warps
         if self._waves is not None:
             waves = self._waves
-        elif sparse:
+        elif plan == SPARSE:
             large = self._logits_bytes(name, rows) > _SPARSE_HALF_WAVE_MAX_BYTES
             waves = _SPARSE_WAVES_LARGE if large else _SPARSE_WAVES
         else:  # a warp per chunk

@@ -482,7 +482,8 @@ __device__ __forceinline__ void flat_read(T* __restrict__ logits, const uint32_t
 
 // SCATTER (and LLGT_FLAT_SCATTER): flat_scatter, otherwise flat_read. Scattering 16-bit elements
 // takes twice the store instructions, which a launch this short pays for in its mixed cells: 16-bit
-// rows read (LLGT_FLAT_SCATTER16=true makes them scatter).
+// rows read (LLGT_FLAT_SCATTER16=true makes them scatter), except in steps whose masks mostly allow
+// nothing (the loader's refused plan: the _scatter builds), where the reads would be wasted.
 template <typename T, int VEC, bool SCATTER, int PER_THREAD>
 __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, long long row_stride,
                                           const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
@@ -591,6 +592,8 @@ LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true, 1>(LLGT_ARGS)), float)
 LLGT_ENTRY(flat_f32_v4_x2, (mask_flat<float, 4, true, 2>(LLGT_ARGS)), float)
 LLGT_ENTRY(flat_f16_v8, (mask_flat<__half, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), __half)
 LLGT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), bf16)
+LLGT_ENTRY(flat_f16_v8_scatter, (mask_flat<__half, 8, true, 1>(LLGT_ARGS)), __half)
+LLGT_ENTRY(flat_bf16_v8_scatter, (mask_flat<bf16, 8, true, 1>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(words_f32, (mask_by_word<float>(LLGT_ARGS)), float)
 LLGT_ENTRY(words_f16, (mask_by_word<__half>(LLGT_ARGS)), __half)
 LLGT_ENTRY(words_bf16, (mask_by_word<bf16>(LLGT_ARGS)), bf16)

@@ -1,4 +1,5 @@
-"""Whether a step's masks mostly allow everything, from a fixed sample of them.
+"""Whether a step's masks mostly allow everything, mostly allow nothing, or neither, from a fixed
+sample of them.
 
 The chunked kernel's best grid depends on the masks. A step whose masks mostly allow everything
 only reads them: a few long-lived warps with several loads in flight each do that fastest. A step
@@ -6,12 +7,14 @@ whose masks make the kernel write is fastest with one warp per chunk and its mas
 and that includes a JSON string's masks, which refuse only 1-2% of the tokens: those are spread
 over the vocabulary, so hardly a chunk of 1024 tokens allows everything. Small launches differ the
 same way: all allowed, a warp per chunk that leaves after its mask words is fastest; otherwise a
-vector per thread that loads its logits with its mask word. The masks sit in pinned
-host memory before the launch, so a sample of them, read on the host, tells the two apart for
-about a microsecond.
+vector per thread. Small launches also tell a third kind of step apart: masks that allow almost
+nothing (a grammar state that admits a few tokens: a colon, a digit, a closing brace), where a
+thread need not read the logits its mask word refuses. The masks sit in pinned host memory before
+the launch, so a sample of them, read on the host, tells these apart for about a microsecond.
 
 The sample is 16 runs of 64 tokens (one int64 each). A run that allows all its tokens reads as
--1, which Python keeps preallocated, so sampling masks that allow everything allocates nothing.
+-1, and one that allows none as 0, both of which Python keeps preallocated, so sampling such masks
+allocates nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ import numpy.typing as npt
 
 SAMPLED_RUNS = 16  # of 64 tokens each
 SPARSE_FROM = 12  # sampled runs that must allow all their tokens for the sparse plan
+REFUSED_FROM = 12  # sampled runs that must allow none of their tokens for the refused plan
+# The plans a sample picks (the values of backend.kernels.cuda_masking.LaunchPlan; strings, whose
+# hashes Python caches, because a step looks its plan up in a dict of captured graphs).
+SPARSE, DENSE, REFUSED = "sparse", "dense", "refused"
 _MAX_CACHED_SHAPES = 4096  # row counts whose sample positions are kept
 _ROW_HASH, _WORD_HASH = 2654435761, 2246822519  # odd multipliers (Knuth's and xxHash's primes)
 
@@ -66,13 +73,20 @@ class MaskDensityProbe:
             for i in range(SAMPLED_RUNS)
         ]
 
-    def mostly_allowed(self, rows: int) -> bool:
-        """At least ``SPARSE_FROM`` of the sampled runs allow all their tokens."""
+    def plan(self, rows: int, refusable: bool) -> str:
+        """``SPARSE`` when at least ``SPARSE_FROM`` of the sampled runs allow all their tokens;
+        otherwise ``REFUSED`` when ``refusable`` and at least ``REFUSED_FROM`` allow none; otherwise
+        ``DENSE``."""
         sampler = self._samplers.get(rows)
         if sampler is None:
             if rows * self._words_per_row < 2:  # not one whole run to sample
-                return False
+                return DENSE
             if len(self._samplers) >= _MAX_CACHED_SHAPES:
                 self._samplers.clear()
             sampler = self._samplers[rows] = operator.itemgetter(*self.positions(rows))
-        return sampler(self._runs).count(-1) >= SPARSE_FROM
+        runs = sampler(self._runs)
+        if runs.count(-1) >= SPARSE_FROM:
+            return SPARSE
+        if refusable and runs.count(0) >= REFUSED_FROM:
+            return REFUSED
+        return DENSE

@@ -57,8 +57,10 @@ def appliers() -> dict[int, object]:
 # dense for the others), and with each plan forced onto every kind of mask. The "words" build forces
 # the one-warp-per-chunk kernel of mid-size 16-bit launches onto them (fp32 and unaligned rows keep
 # the chunked kernel there). The "flat_x2" build gives the fp32 small-launch kernel two vectors per
-# thread; "flat_sparse" and "flat_dense" force each plan onto the small launches (the sparse one
-# takes the one-warp-per-chunk kernel, of every dtype, which the default picks for "all"). The
+# thread; "flat_sparse", "flat_dense" and "flat_refused" force each plan onto the small launches (the
+# sparse one takes the one-warp-per-chunk kernel, of every dtype, which the default picks for "all";
+# the refused one never reads a refused logit, which the default picks for 16-bit "none" and "one";
+# fp32 launches take the dense plan for it). The
 # "grouped" build runs the chunked kernel as dense-plan row groups of two rows' masks (one launch
 # per group), as launches whose masks exceed GROUP_MASK_BYTES run.
 CHUNKED_BUILDS: dict[str, tuple[int | None, str | None]] = {
@@ -72,6 +74,7 @@ FLAT_BUILDS: dict[str, tuple[int | None, str | None]] = {
     "flat_x2": (2, None),
     "flat_sparse": (None, "sparse"),
     "flat_dense": (None, "dense"),
+    "flat_refused": (None, "refused"),
 }
 
 
@@ -297,30 +300,39 @@ def test_per_request_tensors_on_a_side_stream(
     assert all(same_bits(g, e) for g, e in zip(gpu_rows, expected, strict=True))
 
 
-@pytest.mark.parametrize("rows", [6, 32])  # the small-launch kernel and the chunked one
+# Graphs a six-step run captures, by dtype and rows (128k vocabulary: small launches but for 32 rows
+# of fp32, which take the chunked kernel). The steps whose masks allow everything (steps 1 and 5)
+# take the sparse plan, the others the dense one: a graph each. 16-bit small launches take the
+# refused plan for the steps that allow nothing or one token (steps 2 and 3): a third graph.
+REPLAY_GRAPHS = {(torch.float32, 6): 2, (torch.bfloat16, 6): 3, (torch.float32, 32): 2, (torch.bfloat16, 32): 3}
+
+
+@pytest.mark.parametrize(("dtype", "rows"), REPLAY_GRAPHS)
 @pytest.mark.parametrize("form", ["tensor", "per-request rows"])
-def test_repeated_steps_replay_one_captured_graph_with_each_steps_masks_and_rows(form: str, rows: int) -> None:
+def test_repeated_steps_replay_one_captured_graph_with_each_steps_masks_and_rows(
+    form: str, dtype: torch.dtype, rows: int
+) -> None:
     """From the second step of a shape on, the copy, event and launch are one graph replay; each
-    replay must still use that step's masks and, for per-request rows, that step's row addresses.
-    The steps whose masks allow everything (steps 1 and 5) take the sparse plan, the others the
-    dense one: a graph each."""
+    replay must still use that step's masks and, for per-request rows, that step's row addresses
+    (one graph per launch plan the steps take: REPLAY_GRAPHS)."""
     from backend.kernels.cuda_masking import CudaBitmaskApplier
 
     vocab = 128256
     applier = CudaBitmaskApplier(torch.device("cuda"), 32, vocab)
     generator = torch.Generator().manual_seed(rows)
     stream = torch.cuda.current_stream().cuda_stream
-    fixed = torch.empty((rows, vocab), device="cuda")  # the tensor form reuses one buffer, as an engine would
+    # The tensor form reuses one buffer, as an engine would.
+    fixed = torch.empty((rows, vocab), device="cuda", dtype=dtype)
     for step in range(6):
         mask = masks(KINDS[step % len(KINDS)], rows, vocab, generator)
-        logits = torch.randn((rows, vocab), generator=generator)
+        logits = torch.randn((rows, vocab), generator=generator).to(dtype)
         expected = logits.clone()
         apply_token_bitmask_cpu(expected, mask)
         gpu = fixed.copy_(logits) if form == "tensor" else logits.cuda()  # new row addresses every step
         applier.host_masks(rows).copy_(mask)
         applier.apply(gpu if form == "tensor" else [gpu[i].view(1, 1, vocab) for i in range(rows)], stream)
         assert same_bits(gpu, expected), f"step {step}"
-    assert applier.captured_shapes == 2
+    assert applier.captured_shapes == REPLAY_GRAPHS[(dtype, rows)]
 
 
 def test_a_larger_batch_reallocates_and_drops_the_graphs() -> None:
