@@ -358,6 +358,7 @@ class Variant:
     flat_per_thread: int | None = None  # None: by launch size, as the default
     group_mask_bytes: int | None = GROUP_MASK_BYTES  # None: one launch whatever the masks' size
     plan: LaunchPlan | None = None  # None: by a sample of each step's masks, as the default
+    flat_threads: int = THREADS_PER_BLOCK
 
     def applier(self, device: torch.device, rows: int, vocab: int) -> CudaBitmaskApplier:
         return CudaBitmaskApplier(
@@ -373,20 +374,22 @@ class Variant:
             flat_per_thread=self.flat_per_thread,
             group_mask_bytes=self.group_mask_bytes,
             plan=self.plan,
+            flat_threads=self.flat_threads,
         )
 
 
 VARIANT_HELP = (
-    "label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB[:PLAN]]]]]]]], "
+    "label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB[:PLAN"
+    "[:FLAT_THREADS]]]]]]]]], "
     "e.g. ncs:auto:LLGT_STREAM_STORES=0 (repeatable)"
 )
 
 
 def parse_variant(text: str) -> Variant:
-    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB[:PLAN]]]]]]]]``,
+    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB[:PLAN[:FLAT_THREADS]]]]]]]]]``,
     e.g. ``w1:1``, ``ncs:auto:LLGT_STREAM_STORES=0``, ``flat24:auto::24``, ``t128:auto:::128``,
-    ``s64:auto::::64``, ``words24:auto:::::24``, ``v1:auto::::::1``, ``one:auto:::::::0`` or
-    ``dense:auto::::::::dense``
+    ``s64:auto::::64``, ``words24:auto:::::24``, ``v1:auto::::::1``, ``one:auto:::::::0``,
+    ``dense:auto::::::::dense`` or ``ft128:auto:::::::::128``
     (auto: waves by launch size;
     FLAT_MIB: the largest small launch (a few vectors per thread); THREADS: threads per block of the
     chunked kernels; SCATTER16_MIB: the largest 16-bit launch that scatters into mixed vectors;
@@ -395,7 +398,7 @@ def parse_variant(text: str) -> Variant:
     GROUP_MIB: chunked launches whose masks exceed it run as row groups whose masks fit, one launch
     each; 0: one launch whatever the masks' size; PLAN: dense, sparse or refused, every chunked or
     small launch laid out so instead of by a sample of its masks; chunked launches take dense for
-    refused)."""
+    refused; FLAT_THREADS: threads per block of the small-launch kernels, a multiple of 32 up to 256)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
     flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES
@@ -405,8 +408,9 @@ def parse_variant(text: str) -> Variant:
     vectors = int(rest[5]) if len(rest) > 5 and rest[5] else None
     group = (int(rest[6]) << 20 or None) if len(rest) > 6 and rest[6] else GROUP_MASK_BYTES
     plan = LaunchPlan(rest[7]) if len(rest) > 7 and rest[7] else None
+    flat_threads = int(rest[8]) if len(rest) > 8 and rest[8] else THREADS_PER_BLOCK
     waves_value = None if waves == "auto" else float(waves)
-    return Variant(label, waves_value, defines, flat, threads, scatter16, words, vectors, group, plan)
+    return Variant(label, waves_value, defines, flat, threads, scatter16, words, vectors, group, plan, flat_threads)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -39,6 +39,7 @@ def h100_report() -> dict[str, Any]:
     ("text", "expected"),
     [
         ("w1:1", Variant("w1", 1.0, ())),
+        ("ft128:auto:::::::::128", Variant("ft128", None, (), flat_threads=128)),
         (
             "read:auto:LLGT_MIXED_SCATTER=0,LLGT_FLAT_SCATTER=0",
             Variant("read", None, ("LLGT_MIXED_SCATTER=0", "LLGT_FLAT_SCATTER=0")),
@@ -81,7 +82,7 @@ def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> N
 def test_unset_fields_keep_the_defaults_of_the_kernel_it_is_compared_with() -> None:
     variant = parse_variant("plain:auto")
     fields = (variant.flat_max_bytes, variant.chunk_threads, variant.scatter16_max_bytes, variant.words_max_bytes)
-    assert (*fields, variant.flat_per_thread, variant.group_mask_bytes, variant.plan) == (
+    assert (*fields, variant.flat_per_thread, variant.group_mask_bytes, variant.plan, variant.flat_threads) == (
         FLAT_MAX_BYTES,
         THREADS_PER_BLOCK,
         None,  # the device's L2 size, as the default applier
@@ -89,6 +90,7 @@ def test_unset_fields_keep_the_defaults_of_the_kernel_it_is_compared_with() -> N
         None,  # by launch size, as the default applier
         GROUP_MASK_BYTES,
         None,  # by a sample of each step's masks, as the default applier
+        THREADS_PER_BLOCK,
     )
 
 

@@ -47,6 +47,7 @@ _CU_STREAM_CAPTURE_MODE_RELAXED = 2  # capturing here leaves other threads' CUDA
 _MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
 _MAX_SEEN = 4096  # shapes seen once, remembered to capture them when they come again
 _CU_FUNC_ATTRIBUTE_NUM_REGS = 4
+_CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
 # Blocks of the chunked kernel for unaligned rows whose masks mostly allow everything (LaunchPlan.SPARSE;
 # aligned rows take scan_rows, below): enough
 # to fill every SM this many times over. Up to _SPARSE_HALF_WAVE_MAX_BYTES of logits, half a wave:
@@ -158,6 +159,13 @@ class LaunchPlan(enum.Enum):
 _Shape = tuple[str, int, int, int, str | None]
 
 
+def _checked_flat_threads(threads: int) -> int:
+    """Threads per small-launch block: whole warps, at most the kernels' launch bounds."""
+    if threads % 32 or not 32 <= threads <= 1024:
+        raise ValueError(f"flat_threads must be a multiple of 32 up to 1024, not {threads}")
+    return threads
+
+
 def _element_bytes(kernel: str) -> int:
     """Bytes per logit of a kernel, from its name."""
     return 4 if "f32" in kernel else 2
@@ -229,6 +237,7 @@ class CudaBitmaskApplier:
         flat_per_thread: int | None = None,
         group_mask_bytes: int | None = GROUP_MASK_BYTES,
         plan: LaunchPlan | None = None,
+        flat_threads: int = THREADS_PER_BLOCK,
     ) -> None:
         """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
         source), ``graphs=False`` (three driver calls a step, never a captured graph),
@@ -239,9 +248,11 @@ class CudaBitmaskApplier:
         ``flat_max_bytes`` of one warp per chunk, every chunk at once), ``flat_per_thread``
         (vectors per thread of the fp32 small-launch kernel, 1 or 2, instead of by launch
         size), ``group_mask_bytes`` (chunked launches whose masks exceed it run as dense-plan row
-        groups whose masks fit, one launch each; None: never) and ``plan`` (every chunked or small
+        groups whose masks fit, one launch each; None: never), ``plan`` (every chunked or small
         launch laid out so, instead of by its masks; the launches that have no refused plan take
-        the dense one for it) exist for the benchmark's comparisons and the tests."""
+        the dense one for it) and ``flat_threads`` (threads per block of the small-launch kernels, a
+        multiple of 32, at most their launch bounds: 256 unless built with ``LLGT_FLAT_BOUNDS``)
+        exist for the benchmark's comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -258,7 +269,8 @@ class CudaBitmaskApplier:
         self._chunk_threads = chunk_threads
         self._sms = int(sms)
         self._wave_blocks: int = int(sms) * (2048 // chunk_threads)
-        self._flat_wave_blocks = int(sms) * (2048 // THREADS_PER_BLOCK)  # (flat_f32_v4's registers allow it)
+        self._flat_threads = _checked_flat_threads(flat_threads)
+        self._flat_wave_blocks = int(sms) * (2048 // flat_threads)  # (flat_f32_v4's registers allow it)
         self._flat_two_above_rows = self._flat_two_threshold(flat_per_thread)
         self._waves = waves
         self._forced_plan: str | None = None if plan is None else plan.value
@@ -333,17 +345,27 @@ class CudaBitmaskApplier:
             )
             self._driver.check(result, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
             self._resident_blocks[name] = max(1, per_sm.value) * self._sms
+        flat = {name: functions[name] for name in _FLAT_SHAPES}
+        bound = min(self._attribute(flat, _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK).values())
+        if self._flat_threads > bound:
+            raise ValueError(
+                f"flat_threads={self._flat_threads}: this build's small-launch kernels take at most {bound}"
+                " threads a block (raise LLGT_FLAT_BOUNDS)"
+            )
         return functions
 
     def registers(self) -> dict[str, int]:
         """Registers per thread of each kernel (they bound how many blocks an SM holds at once)."""
-        counts = {}
-        for name, function in self._functions.items():
+        return self._attribute(self._functions, _CU_FUNC_ATTRIBUTE_NUM_REGS)
+
+    def _attribute(self, functions: dict[str, _void_p], attribute: int) -> dict[str, int]:
+        values = {}
+        for name, function in functions.items():
             value = ctypes.c_int()
-            result = self._driver.lib.cuFuncGetAttribute(ctypes.byref(value), _CU_FUNC_ATTRIBUTE_NUM_REGS, function)
+            result = self._driver.lib.cuFuncGetAttribute(ctypes.byref(value), attribute, function)
             self._driver.check(result, "cuFuncGetAttribute")
-            counts[name] = value.value
-        return counts
+            values[name] = value.value
+        return values
 
     # Buffers ----------------------------------------------------------------------------------
 
@@ -625,8 +647,9 @@ class CudaBitmaskApplier:
         """Blocks in x and y (y is the row) and threads per block."""
         if name in _FLAT_SHAPES or name in _BY_WORD_KERNELS:  # a few vectors, or a mask word, per thread
             vector, per_thread = _FLAT_SHAPES.get(name, (32, 1))
-            per_block = THREADS_PER_BLOCK * vector * per_thread
-            return (self.vocab_size + per_block - 1) // per_block, rows, THREADS_PER_BLOCK
+            threads = self._flat_threads if name in _FLAT_SHAPES else THREADS_PER_BLOCK
+            per_block = threads * vector * per_thread
+            return (self.vocab_size + per_block - 1) // per_block, rows, threads
         if naive:
             blocks = max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
             return blocks, rows, THREADS_PER_BLOCK

@@ -40,6 +40,8 @@
 //   LLGT_FLAT_MASK_FIRST: 1 makes a reading small launch's thread load its mask word first and its
 //                      logits only when the word's bits are mixed (two latencies in a row for mixed
 //                      vectors, no read for vectors that allow all or nothing);
+//   LLGT_FLAT_BOUNDS:  the most threads per block the small-launch kernels are built for
+//                      (__launch_bounds__; the applier's flat_threads picks the block size);
 //   LLGT_PREFETCH_PASS: 1 loads a warp's next pass of mask words before it stores this pass's;
 //   LLGT_PREFETCH_ROWS: D > 0 makes the first block of row r prefetch row r + D's mask into L2,
 //                      one burst of reads per row instead of one small read per warp amid the stores
@@ -78,6 +80,9 @@
 #endif
 #ifndef LLGT_FLAT_SCATTER16
 #define LLGT_FLAT_SCATTER16 false
+#endif
+#ifndef LLGT_FLAT_BOUNDS
+#define LLGT_FLAT_BOUNDS 256
 #endif
 #if LLGT_STREAM_STORES
 #define LLGT_STORE_VEC(p, v) __stcs((p), (v))
@@ -562,11 +567,15 @@ __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base,
     }
 }
 
-#define LLGT_ENTRY(name, body, T)                                                                    \
-    extern "C" __global__ void __launch_bounds__(256, LLGT_MIN_BLOCKS) name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, \
-                                    int mask_stride, int mask_words, int vocab, int prefetch, int row_count) { \
+// An extern "C" kernel with the loader's parameter list; BOUNDS: its __launch_bounds__ arguments.
+#define LLGT_KERNEL(name, body, T, BOUNDS)                                                           \
+    extern "C" __global__ void __launch_bounds__ BOUNDS name(T* const* rows, T* base, long long row_stride, \
+                                    const uint32_t* masks, int mask_stride, int mask_words, int vocab, \
+                                    int prefetch, int row_count) {                                    \
         body;                                                                                         \
     }
+#define LLGT_ENTRY(name, body, T) LLGT_KERNEL(name, body, T, (256, LLGT_MIN_BLOCKS))
+#define LLGT_FLAT_ENTRY(name, body, T) LLGT_KERNEL(name, body, T, (LLGT_FLAT_BOUNDS, LLGT_MIN_BLOCKS))
 #define LLGT_ARGS rows, base, row_stride, masks, mask_stride, mask_words, vocab
 
 using bf16 = __nv_bfloat16;
@@ -588,12 +597,12 @@ LLGT_ENTRY(scan_f16_v8_scatter, (scan_rows<__half, 8, true>(rows, base, row_stri
 LLGT_ENTRY(scan_bf16_v8, (scan_rows<bf16, 8, false>(rows, base, row_stride, masks, mask_words, vocab, row_count)), bf16)
 LLGT_ENTRY(scan_bf16_v8_scatter, (scan_rows<bf16, 8, true>(rows, base, row_stride, masks, mask_words, vocab, row_count)), bf16)
 // Small launches (_x2: two vectors per thread; 16-bit rows lost 3-17% with two, reading both).
-LLGT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true, 1>(LLGT_ARGS)), float)
-LLGT_ENTRY(flat_f32_v4_x2, (mask_flat<float, 4, true, 2>(LLGT_ARGS)), float)
-LLGT_ENTRY(flat_f16_v8, (mask_flat<__half, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), __half)
-LLGT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), bf16)
-LLGT_ENTRY(flat_f16_v8_scatter, (mask_flat<__half, 8, true, 1>(LLGT_ARGS)), __half)
-LLGT_ENTRY(flat_bf16_v8_scatter, (mask_flat<bf16, 8, true, 1>(LLGT_ARGS)), bf16)
+LLGT_FLAT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true, 1>(LLGT_ARGS)), float)
+LLGT_FLAT_ENTRY(flat_f32_v4_x2, (mask_flat<float, 4, true, 2>(LLGT_ARGS)), float)
+LLGT_FLAT_ENTRY(flat_f16_v8, (mask_flat<__half, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), __half)
+LLGT_FLAT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), bf16)
+LLGT_FLAT_ENTRY(flat_f16_v8_scatter, (mask_flat<__half, 8, true, 1>(LLGT_ARGS)), __half)
+LLGT_FLAT_ENTRY(flat_bf16_v8_scatter, (mask_flat<bf16, 8, true, 1>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(words_f32, (mask_by_word<float>(LLGT_ARGS)), float)
 LLGT_ENTRY(words_f16, (mask_by_word<__half>(LLGT_ARGS)), __half)
 LLGT_ENTRY(words_bf16, (mask_by_word<bf16>(LLGT_ARGS)), bf16)

@@ -60,7 +60,8 @@ def appliers() -> dict[int, object]:
 # thread; "flat_sparse", "flat_dense" and "flat_refused" force each plan onto the small launches (the
 # sparse one takes the one-warp-per-chunk kernel, of every dtype, which the default picks for "all";
 # the refused one never reads a refused logit, which the default picks for 16-bit "none" and "one";
-# fp32 launches take the dense plan for it). The
+# fp32 launches take the dense plan for it); "flat_t64_x2" and "flat_t32_refused" launch small-launch
+# blocks of 64 and 32 threads (more blocks per row, the last one partly past the row). The
 # "grouped" build runs the chunked kernel as dense-plan row groups of two rows' masks (one launch
 # per group), as launches whose masks exceed GROUP_MASK_BYTES run.
 CHUNKED_BUILDS: dict[str, tuple[int | None, str | None]] = {
@@ -70,11 +71,13 @@ CHUNKED_BUILDS: dict[str, tuple[int | None, str | None]] = {
     "chunked_read_sparse": (0, "sparse"),
     "chunked_dense": (None, "dense"),
 }
-FLAT_BUILDS: dict[str, tuple[int | None, str | None]] = {
-    "flat_x2": (2, None),
-    "flat_sparse": (None, "sparse"),
-    "flat_dense": (None, "dense"),
-    "flat_refused": (None, "refused"),
+FLAT_BUILDS: dict[str, tuple[int | None, str | None, int]] = {
+    "flat_x2": (2, None, 256),
+    "flat_sparse": (None, "sparse", 256),
+    "flat_dense": (None, "dense", 256),
+    "flat_refused": (None, "refused", 256),
+    "flat_t64_x2": (2, None, 64),
+    "flat_t32_refused": (None, "refused", 32),
 }
 
 
@@ -107,8 +110,9 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
             vocab,
             flat_per_thread=per_thread,
             plan=None if plan is None else LaunchPlan(plan),
+            flat_threads=threads,
         )
-        for build, (per_thread, plan) in FLAT_BUILDS.items()
+        for build, (per_thread, plan, threads) in FLAT_BUILDS.items()
         for vocab in VOCABS
     }
     grouped = {
@@ -143,6 +147,32 @@ def test_kernel_matches_the_reference(
     gpu = logits.cuda()
     applier.host_masks(5).copy_(mask)  # type: ignore[attr-defined]
     applier.apply(gpu, torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
+    assert same_bits(gpu, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_small_launch_blocks_above_256_threads_need_the_build_that_allows_them(dtype: torch.dtype) -> None:
+    """The small-launch kernels are built for blocks of at most 256 threads: more is refused when the
+    applier is made, not at the first launch; LLGT_FLAT_BOUNDS=1024 builds them for 1024, which mask
+    as the reference does."""
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+
+    vocab, rows = 151936, 8
+    with pytest.raises(ValueError, match="LLGT_FLAT_BOUNDS"):
+        CudaBitmaskApplier(torch.device("cuda"), rows, vocab, flat_threads=512)
+    applier = CudaBitmaskApplier(
+        torch.device("cuda"), rows, vocab, defines=("LLGT_FLAT_BOUNDS=1024",), flat_threads=1024
+    )
+    generator = torch.Generator().manual_seed(5)
+    mask = masks("random", rows, vocab, generator)
+    mask[::2] = 0
+    mask[::2, 9] = 1 << 3  # half the rows allow one token (the refused plan, for 16-bit rows)
+    logits = torch.randn((rows, vocab), generator=generator).to(dtype)
+    expected = logits.clone()
+    apply_token_bitmask_cpu(expected, mask)
+    gpu = logits.cuda()
+    applier.host_masks(rows).copy_(mask)
+    applier.apply(gpu, torch.cuda.current_stream().cuda_stream)
     assert same_bits(gpu, expected)
 
 
