@@ -43,6 +43,21 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.contiguous().view(view).cpu(), b.contiguous().view(view).cpu())
 
 
+def masks_like_the_reference(
+    applier: object, mask: torch.Tensor, dtype: torch.dtype, generator: torch.Generator
+) -> bool:
+    """Random ``[rows, vocab]`` logits masked with ``mask`` by ``applier`` (one tensor, on the current
+    stream), bit for bit as the CPU reference masks them."""
+    rows, vocab = len(mask), applier.vocab_size  # type: ignore[attr-defined]
+    logits = torch.randn((rows, vocab), generator=generator).to(dtype)
+    expected = logits.clone()
+    apply_token_bitmask_cpu(expected, mask)
+    gpu = logits.cuda()
+    applier.host_masks(rows).copy_(mask)  # type: ignore[attr-defined]
+    applier.apply(gpu, torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
+    return same_bits(gpu, expected)
+
+
 @pytest.fixture(scope="module")
 def appliers() -> dict[int, object]:
     from backend.kernels.cuda_masking import CudaBitmaskApplier
@@ -167,13 +182,7 @@ def test_small_launch_blocks_above_256_threads_need_the_build_that_allows_them(d
     mask = masks("random", rows, vocab, generator)
     mask[::2] = 0
     mask[::2, 9] = 1 << 3  # half the rows allow one token (the refused plan, for 16-bit rows)
-    logits = torch.randn((rows, vocab), generator=generator).to(dtype)
-    expected = logits.clone()
-    apply_token_bitmask_cpu(expected, mask)
-    gpu = logits.cuda()
-    applier.host_masks(rows).copy_(mask)
-    applier.apply(gpu, torch.cuda.current_stream().cuda_stream)
-    assert same_bits(gpu, expected)
+    assert masks_like_the_reference(applier, mask, dtype, generator)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -218,14 +227,7 @@ def test_a_sparse_plan_small_launch_masks_every_chunk_however_few_waves_the_chun
     vocab, rows = 151936, 8
     applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, waves=0.01, plan=LaunchPlan.SPARSE)
     generator = torch.Generator().manual_seed(3)
-    mask = masks("random", rows, vocab, generator)
-    logits = torch.randn((rows, vocab), generator=generator).to(dtype)
-    expected = logits.clone()
-    apply_token_bitmask_cpu(expected, mask)
-    gpu = logits.cuda()
-    applier.host_masks(rows).copy_(mask)
-    applier.apply(gpu, torch.cuda.current_stream().cuda_stream)
-    assert same_bits(gpu, expected)
+    assert masks_like_the_reference(applier, masks("random", rows, vocab, generator), dtype, generator)
 
 
 def test_the_one_vector_kernels_fit_a_wave_of_eight_blocks_per_sm(appliers: dict[int, object]) -> None:
