@@ -497,10 +497,15 @@ class CudaBitmaskApplier:
             raise RuntimeError(f"cuEventRecord failed with CUDA driver error {result}")
         self._launch(name, rows, stream_ptr, naive, plan)
 
+    def _pointers_offset(self, rows: int) -> int:
+        """Byte offset, in the pinned buffer and its device copy, of the first of ``rows`` row
+        pointers: a step's pointers end where the masks begin, so one copy carries both."""
+        return self._pointer_bytes - rows * 8
+
     def _step_copy(self, rows: int) -> tuple[int, int, int]:
         """Device address, host address and bytes of a step's one copy: the rows' pointers, which sit
         right before the masks in the pinned buffer, and their masks."""
-        start = self._pointer_bytes - rows * 8
+        start = self._pointers_offset(rows)
         return (
             self._device_address + start,
             self._host_address + start,
@@ -585,7 +590,7 @@ class CudaBitmaskApplier:
         if grid is None:  # (row groups: the grid of a full group)
             grid = self._grid(name, self._group_rows if grouped else rows, naive, plan)
             self._grids[(name, rows, plan)] = grid
-        self._param_rows.value = self._device_address + self._pointer_bytes - rows * 8
+        self._param_rows.value = self._device_address + self._pointers_offset(rows)
         self._param_base.value, self._param_row_stride.value = self._row_base, self._row_stride
         if grouped:
             self._launch_groups(name, rows, grid, stream_ptr)
