@@ -398,7 +398,8 @@ def parse_variant(text: str) -> Variant:
     GROUP_MIB: chunked launches whose masks exceed it run as row groups whose masks fit, one launch
     each; 0: one launch whatever the masks' size; PLAN: dense, sparse or refused, every chunked or
     small launch laid out so instead of by a sample of its masks; chunked launches take dense for
-    refused; FLAT_THREADS: threads per block of the small-launch kernels, a multiple of 32 up to 256)."""
+    refused; FLAT_THREADS: threads per block of the small-launch kernels, a multiple of 32 up to
+    their build's bound: 256, or LLGT_FLAT_BOUNDS among the DEFINEs)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
     flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES
