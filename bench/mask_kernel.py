@@ -68,7 +68,7 @@ def load_module(path: Path, name: str) -> ModuleType | None:
 
 
 STRING_REFUSED_EVERY = 50  # the "string" masks refuse vocab // 50 tokens a row
-MASK_KINDS = ("all", "half", "one", "mixed", "string", "tenth")
+MASK_KINDS = ("all", "half", "one", "mixed", "string", "tenth", "few")
 
 
 def make_masks(kind: str, batch: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
@@ -76,8 +76,13 @@ def make_masks(kind: str, batch: int, vocab: int, generator: torch.Generator) ->
     everything, odd rows one token; string: all but 2% of the tokens, spread over the vocabulary (a
     JSON string's content refuses the tokens with a quote, a backslash or a control character);
     tenth: every tenth row (0, 10, ...) a string's, the others allow everything (a batch in which a
-    few requests are constrained)."""
+    few requests are constrained); few: as many rows as in tenth, drawn at random, a string's."""
     words = (vocab + 31) // 32
+    if kind == "few":
+        masks = torch.full((batch, words), -1, dtype=torch.int32)
+        constrained = torch.randperm(batch, generator=generator)[: _tenth_rows(batch)]
+        masks[constrained] = make_masks("string", len(constrained), vocab, generator)
+        return masks
     if kind == "tenth":
         masks = torch.full((batch, words), -1, dtype=torch.int32)
         masks[::10] = make_masks("string", len(masks[::10]), vocab, generator)
@@ -210,10 +215,15 @@ def host_time_us(launch: Callable[[], None], repeats: int, *, busy_us: float | N
     return float(statistics.median(times))
 
 
+def _tenth_rows(batch: int) -> int:
+    """Rows of a string's masks in a tenth or few batch: rows 0, 10, 20, ... of tenth."""
+    return len(range(0, batch, 10))
+
+
 def floor_us(kind: str, batch: int, vocab: int, dtype: torch.dtype, bandwidth: float) -> float:
     """The least memory traffic any kernel needs: read the masks; write (1 token) or read and write
-    (50%) every logit; write half the rows' logits (mixed) or the refused ones (string, and every
-    tenth row's in tenth)."""
+    (50%) every logit; write half the rows' logits (mixed) or the refused ones (string, and the
+    string rows' in tenth and few)."""
     item = torch.tensor([], dtype=dtype).element_size()
     mask_bytes = batch * ((vocab + 31) // 32) * 4
     logits_bytes = batch * vocab * item
@@ -224,7 +234,8 @@ def floor_us(kind: str, batch: int, vocab: int, dtype: torch.dtype, bandwidth: f
         "half": mask_bytes + 2 * logits_bytes,
         "mixed": mask_bytes + logits_bytes // 2,
         "string": mask_bytes + refused_bytes,
-        "tenth": mask_bytes + refused_bytes // batch * len(range(0, batch, 10)),
+        "tenth": mask_bytes + refused_bytes // batch * _tenth_rows(batch),
+        "few": mask_bytes + refused_bytes // batch * _tenth_rows(batch),
     }[kind]
     return traffic / bandwidth * 1e6
 

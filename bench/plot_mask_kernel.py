@@ -28,6 +28,7 @@ KINDS = {
     "mixed": "half the rows all allowed, half 1 token",
     "string": "all but 2% (a JSON string)",
     "tenth": "every tenth row a JSON string, the rest all allowed",
+    "few": "a tenth of the rows, at random, a JSON string, the rest all allowed",
 }
 
 

@@ -118,6 +118,9 @@ def test_every_mask_kind_has_masks_and_a_floor(kind: str) -> None:
     elif kind == "tenth":  # row 0 is a string's, rows 1-3 allow everything
         assert 32 * masks.shape[1] - vocab // 50 <= allowed[0] < 32 * masks.shape[1]
         assert allowed[1:] == [32 * masks.shape[1]] * 3
+    elif kind == "few":  # one row of four, any, is a string's
+        assert sorted(allowed)[1:] == [32 * masks.shape[1]] * 3
+        assert 32 * masks.shape[1] - vocab // 50 <= min(allowed) < 32 * masks.shape[1]
     else:  # half: random bits
         assert all(0.4 < a / (32 * masks.shape[1]) < 0.6 for a in allowed)
     assert floor_us(kind, 4, vocab, torch.float32, 3.35e12) > 0

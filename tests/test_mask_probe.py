@@ -8,7 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from backend.kernels.mask_probe import DENSE, REFUSED, SAMPLED_RUNS, SPARSE, MaskDensityProbe
+from backend.kernels.cuda_masking import PATCHY_DENSE_MAX_CHUNKS, PATCHY_WORDS_MAX_BYTES, patchy_launch
+from backend.kernels.mask_probe import DENSE, PATCHY, REFUSED, SAMPLED_RUNS, SPARSE, MaskDensityProbe
 
 WORDS = (128256 + 31) // 32
 MAX_ROWS = 300
@@ -53,11 +54,22 @@ def test_a_string_state_that_refuses_a_few_tokens_all_over_the_vocabulary_is_den
     assert probe_over(masks).plan(256, refusable=True) == DENSE
 
 
-def test_a_row_that_refuses_a_few_neighbouring_tokens_is_sparse() -> None:
-    """Refused tokens in one stretch of the vocabulary leave the other chunks to be skipped."""
+def test_a_row_that_refuses_a_few_neighbouring_tokens_is_patchy() -> None:
+    """Refused tokens in one stretch of the vocabulary leave the other chunks to be skipped: the
+    sample meets the stretch, and most of it allows everything."""
     masks = np.full((8, WORDS), -1, dtype=np.int32)
     masks[:, :40] = 0
-    assert probe_over(masks).plan(8, refusable=True) == SPARSE
+    assert probe_over(masks).plan(8, refusable=True) == PATCHY
+
+
+def test_a_batch_with_a_few_constrained_rows_is_patchy_when_the_sample_meets_one() -> None:
+    """One row in eight refuses tokens all over the vocabulary (inside a JSON string), the others
+    allow everything: an eighth of the sampled runs fall in the constrained rows."""
+    masks = np.full((256, WORDS), -1, dtype=np.int32)
+    masks[::8] = 0x7FFF_FFFF  # every 32nd token refused
+    assert probe_over(masks).plan(256, refusable=True) == PATCHY
+    masks[::8] = -1
+    assert probe_over(masks).plan(256, refusable=True) == SPARSE
 
 
 @pytest.mark.parametrize(("allowing_rows", "expected"), [(4, SPARSE), (2, DENSE), (0, REFUSED)])
@@ -118,3 +130,43 @@ def test_more_rows_than_the_buffer_holds_are_refused() -> None:
     probe = MaskDensityProbe(np.zeros(4 * WORDS, dtype=np.int32), WORDS)
     with pytest.raises(ValueError, match="do not fit"):
         probe.plan(5, refusable=True)
+
+
+# (kernel, rows, vocab) -> (kernel, plan) of a patchy step, as the applier resolves it.
+PATCHY_CASES = {
+    "small fp32 launches keep their kernel, which scatters without reading": (
+        ("flat_f32_v4_x2", 8, 151936),
+        ("flat_f32_v4_x2", DENSE),
+    ),
+    "small 16-bit launches take the kernel that never reads a logit": (
+        ("flat_bf16_v8", 64, 32000),
+        ("flat_bf16_v8_scatter", DENSE),
+    ),
+    "small 16-bit launches of more rows keep the sparse plan's warp per chunk": (
+        ("flat_f16_v8", 65, 32000),
+        ("flat_f16_v8", SPARSE),
+    ),
+    "16-bit launches up to the limit take a warp per chunk": (
+        ("mask_bf16_v8", PATCHY_WORDS_MAX_BYTES // (2 * 128256), 128256),
+        ("words_bf16", None),
+    ),
+    "16-bit launches past it keep the sparse plan": (
+        ("mask_f16_v8", PATCHY_WORDS_MAX_BYTES // (2 * 128256) + 1, 128256),
+        ("mask_f16_v8", SPARSE),
+    ),
+    "fp32 launches of few chunks take the dense plan": (
+        ("mask_f32_v4", PATCHY_DENSE_MAX_CHUNKS // 32, 32000),
+        ("mask_f32_v4", DENSE),
+    ),
+    "fp32 launches of more chunks keep the sparse plan": (
+        ("mask_f32_v4", PATCHY_DENSE_MAX_CHUNKS // 32 + 1, 32000),
+        ("mask_f32_v4", SPARSE),
+    ),
+    "unaligned rows keep the sparse plan": (("mask_bf16_v1", 256, 32001), ("mask_bf16_v1", SPARSE)),
+}
+
+
+@pytest.mark.parametrize("case", PATCHY_CASES)
+def test_a_patchy_step_gives_constrained_chunks_their_own_warps_up_to_a_size(case: str) -> None:
+    (name, rows, vocab), expected = PATCHY_CASES[case]
+    assert patchy_launch(name, rows, vocab, scatter_max_rows=64) == expected

@@ -15,7 +15,8 @@ on its own stream objects while the engine hands us a raw ``stream_ptr``:
 - the copy, the event and the launch of a step shape (kernel, rows, row addressing, launch plan)
   seen before are replayed as one captured CUDA graph: one driver call per step instead of three;
 - a launch's layout follows its masks: a sample of them, read on the host, tells steps that
-  mostly allow everything (the kernel only reads the masks) from steps that make the kernel write
+  allow everything (the kernel only reads the masks) from steps that mostly do (a few rows
+  constrained: every constrained chunk gets its own warp), from steps that make the kernel write
   and, for 16-bit small launches, from steps that allow almost nothing (no thread reads a logit
   it refuses) (``LaunchPlan``);
 - the device's primary context (the one torch and TensorRT-LLM use) is made current on the
@@ -35,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backend.kernels.mask_probe import DENSE, REFUSED, SPARSE, MaskDensityProbe
+from backend.kernels.mask_probe import DENSE, PATCHY, REFUSED, SPARSE, MaskDensityProbe
 
 KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
 THREADS_PER_BLOCK = 256
@@ -137,6 +138,28 @@ _SCAN_KERNELS = {
 }
 _SCAN_WAVES = 1.0
 _SCAN_PIECE_WORDS = 64  # mask words a warp checks at once (SCAN_PIECE_WORDS in mask_logits.cu)
+# Steps whose sampled runs mostly allow everything but not all (LaunchPlan.PATCHY: a batch in which
+# a few rows are constrained). The sparse plan's resident warps mask the constrained pieces they
+# find one after another, so a launch waits for the warps that found several; these launches give
+# every constrained chunk its own warp instead (docs/benchmarks.md). Small launches load only mask
+# words and scatter into mixed spans (the refused plan's kernels for 16-bit rows, which otherwise
+# read every logit with its mask word: 1.3 against 2.1 us at 16 x 32k bf16), but 16-bit ones whose
+# grid would take more than _PATCHY_SCATTER_WAVES waves of blocks keep the sparse plan's warp per
+# chunk, a quarter of the threads (2.4 against 2.7 us at 32 x 128k bf16, 2004 blocks); aligned
+# 16-bit chunked launches of up to PATCHY_WORDS_MAX_BYTES take mask_by_word (256 x 128k bf16, a
+# tenth of the rows a JSON string's: 5.3 against 8.5 us); aligned fp32 chunked launches of up to
+# PATCHY_DENSE_MAX_CHUNKS chunks take the dense plan (64 x 128k fp32: 4.2 against 8.2 us). Larger
+# launches keep the sparse plan, whose reads of the masks then outweigh the chains.
+PATCHY_WORDS_MAX_BYTES = 128 << 20
+PATCHY_DENSE_MAX_CHUNKS = 32768
+_PATCHY_SCATTER_WAVES = 1.5
+_PATCHY_WORDS_KERNELS = {
+    "mask_f16_v8": "words_f16",
+    "mask_f16_v8_scatter": "words_f16",
+    "mask_bf16_v8": "words_bf16",
+    "mask_bf16_v8_scatter": "words_bf16",
+}
+_PATCHY_DENSE_KERNELS = frozenset({"mask_f32_v4"})
 
 _void_p = ctypes.c_void_p
 
@@ -151,6 +174,8 @@ class LaunchPlan(enum.Enum):
     # (small launches) a vector per thread
     REFUSED = REFUSED  # (16-bit small launches) nearly every sampled run allows nothing: a vector
     # per thread that never reads the logits its mask refuses (other launches take the dense plan)
+    PATCHY = PATCHY  # most sampled runs allow everything, not all: every constrained chunk its own
+    # warp up to a size (patchy_launch), the sparse plan's layout above it
 
 
 # A step shape, whose launches are captured as one graph: kernel, rows, row base and stride, and
@@ -169,6 +194,32 @@ def _checked_flat_threads(threads: int) -> int:
 def _element_bytes(kernel: str) -> int:
     """Bytes per logit of a kernel, from its name."""
     return 4 if "f32" in kernel else 2
+
+
+def patchy_launch(
+    name: str,
+    rows: int,
+    vocab: int,
+    *,
+    scatter_max_rows: int,
+    words_max_bytes: int = PATCHY_WORDS_MAX_BYTES,
+    dense_max_chunks: int = PATCHY_DENSE_MAX_CHUNKS,
+) -> tuple[str, str | None]:
+    """The kernel and plan (None: the kernel has one layout) that a launch of kernel ``name`` over
+    ``rows`` rows of ``vocab`` logits takes when its masks' sample finds it patchy
+    (``scatter_max_rows``: the most rows a 16-bit small launch scatters into)."""
+    if name in _FLAT_SHAPES:
+        scatter = _FLAT_REFUSED_KERNELS.get(name)
+        if scatter is None:  # (fp32: the kernel scatters already)
+            return name, DENSE
+        return (scatter, DENSE) if rows <= scatter_max_rows else (name, SPARSE)
+    words = _PATCHY_WORDS_KERNELS.get(name)
+    if words is not None and rows * vocab * _element_bytes(name) <= words_max_bytes:
+        return words, None
+    chunks = (vocab + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
+    if name in _PATCHY_DENSE_KERNELS and rows * chunks <= dense_max_chunks:
+        return name, DENSE
+    return name, SPARSE
 
 
 class _Driver:
@@ -272,6 +323,7 @@ class CudaBitmaskApplier:
         self._flat_threads = _checked_flat_threads(flat_threads)
         self._flat_wave_blocks = int(sms) * (2048 // flat_threads)  # (flat_f32_v4's registers allow it)
         self._flat_two_above_rows = self._flat_two_threshold(flat_per_thread)
+        self._patchy_scatter_max_rows = self._patchy_scatter_threshold()
         self._waves = waves
         self._forced_plan: str | None = None if plan is None else plan.value
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
@@ -482,7 +534,7 @@ class CudaBitmaskApplier:
         forced = self._forced_plan
         if forced is not None:
             return DENSE if forced == REFUSED and not refusable else forced
-        return self._probe.plan(rows, refusable)
+        return self._probe.plan(rows, refusable)  # (patchy_launch resolves PATCHY when the step is captured)
 
     def _enqueue(
         self, name: str, rows: int, stream_ptr: int, naive: bool, plan: str | None, *, capturing: bool = False
@@ -578,6 +630,8 @@ class CudaBitmaskApplier:
             stride.value = saved
 
     def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool, plan: str | None) -> None:
+        if plan == PATCHY:
+            name, plan = patchy_launch(name, rows, self.vocab_size, scatter_max_rows=self._patchy_scatter_max_rows)
         if plan == SPARSE:
             if name in _SCAN_KERNELS and self._param_ints[0].value == self.words:  # (masks back to back)
                 name = _SCAN_KERNELS[name]
@@ -647,6 +701,11 @@ class CudaBitmaskApplier:
             return 0 if flat_per_thread == 2 else sys.maxsize
         row_blocks = self._grid("flat_f32_v4", 1, False)[0]
         return int(_FLAT_TWO_FROM_WAVE * self._flat_wave_blocks) // row_blocks
+
+    def _patchy_scatter_threshold(self) -> int:
+        """The most rows a patchy 16-bit small launch scatters into: as many as fit its grid in
+        _PATCHY_SCATTER_WAVES waves of blocks (worked out once, so a step only compares)."""
+        return int(_PATCHY_SCATTER_WAVES * self._flat_wave_blocks) // self._grid("flat_bf16_v8_scatter", 1, False)[0]
 
     def _grid(self, name: str, rows: int, naive: bool, plan: str | None = None) -> tuple[int, int, int]:
         """Blocks in x and y (y is the row) and threads per block."""

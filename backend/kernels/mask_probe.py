@@ -1,5 +1,5 @@
-"""Whether a step's masks mostly allow everything, mostly allow nothing, or neither, from a fixed
-sample of them.
+"""Whether a step's masks allow everything, mostly allow everything, mostly allow nothing, or
+neither, from a fixed sample of them.
 
 The chunked kernel's best grid depends on the masks. A step whose masks mostly allow everything
 only reads them: a few long-lived warps with several loads in flight each do that fastest. A step
@@ -7,14 +7,20 @@ whose masks make the kernel write is fastest with one warp per chunk and its mas
 and that includes a JSON string's masks, which refuse only 1-2% of the tokens: those are spread
 over the vocabulary, so hardly a chunk of 1024 tokens allows everything. Small launches differ the
 same way: all allowed, a warp per chunk that leaves after its mask words is fastest; otherwise a
-vector per thread. Small launches also tell a third kind of step apart: masks that allow almost
-nothing (a grammar state that admits a few tokens: a colon, a digit, a closing brace), where a
-thread need not read the logits its mask word refuses. The masks sit in pinned host memory before
-the launch, so a sample of them, read on the host, tells these apart for about a microsecond.
+vector per thread. A step whose masks mostly allow everything but not all of them (a batch in
+which a few rows are constrained) is told apart from one whose sampled runs all allow everything:
+its few constrained rows are what its launch waits for. Small launches also tell a fourth kind of
+step apart: masks that allow almost nothing (a grammar state that admits a few tokens: a colon, a
+digit, a closing brace), where a thread need not read the logits its mask word refuses. The masks
+sit in pinned host memory before the launch, so a sample of them, read on the host, tells these
+apart for about a microsecond.
 
 The sample is 16 runs of 64 tokens (one int64 each). A run that allows all its tokens reads as
 -1, and one that allows none as 0, both of which Python keeps preallocated, so sampling such masks
-allocates nothing.
+allocates nothing. A sample can miss a batch's few constrained rows: with a tenth of the rows a
+JSON string's (whose runs are 38% all allowed), 16 runs miss them in about a third of the steps,
+which then take the sparse plan. 64 runs would miss them in 1.6%, but took the H100 machine's host
+about 2 us more a step (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -26,11 +32,11 @@ import numpy as np
 import numpy.typing as npt
 
 SAMPLED_RUNS = 16  # of 64 tokens each
-SPARSE_FROM = 12  # sampled runs that must allow all their tokens for the sparse plan
+SPARSE_FROM = 12  # sampled runs that must allow all their tokens for the sparse or the patchy plan
 REFUSED_FROM = 12  # sampled runs that must allow none of their tokens for the refused plan
 # The plans a sample picks (the values of backend.kernels.cuda_masking.LaunchPlan; strings, whose
 # hashes Python caches, because a step looks its plan up in a dict of captured graphs).
-SPARSE, DENSE, REFUSED = "sparse", "dense", "refused"
+SPARSE, PATCHY, DENSE, REFUSED = "sparse", "patchy", "dense", "refused"
 _MAX_CACHED_SHAPES = 4096  # row counts whose sample positions are kept
 _ROW_HASH, _WORD_HASH = 2654435761, 2246822519  # odd multipliers (Knuth's and xxHash's primes)
 
@@ -74,9 +80,9 @@ class MaskDensityProbe:
         ]
 
     def plan(self, rows: int, refusable: bool) -> str:
-        """``SPARSE`` when at least ``SPARSE_FROM`` of the sampled runs allow all their tokens;
-        otherwise ``REFUSED`` when ``refusable`` and at least ``REFUSED_FROM`` allow none; otherwise
-        ``DENSE``."""
+        """``SPARSE`` when every sampled run allows all its tokens, ``PATCHY`` when at least
+        ``SPARSE_FROM`` do but not all; otherwise ``REFUSED`` when ``refusable`` and at least
+        ``REFUSED_FROM`` allow none; otherwise ``DENSE``."""
         sampler = self._samplers.get(rows)
         if sampler is None:
             if rows * self._words_per_row < 2:  # not one whole run to sample
@@ -85,8 +91,9 @@ class MaskDensityProbe:
                 self._samplers.clear()
             sampler = self._samplers[rows] = operator.itemgetter(*self.positions(rows))
         runs = sampler(self._runs)
-        if runs.count(-1) >= SPARSE_FROM:
-            return SPARSE
+        allowing = runs.count(-1)
+        if allowing >= SPARSE_FROM:
+            return SPARSE if allowing == SAMPLED_RUNS else PATCHY
         if refusable and runs.count(0) >= REFUSED_FROM:
             return REFUSED
         return DENSE

@@ -75,7 +75,10 @@ def appliers() -> dict[int, object]:
 # thread; "flat_sparse", "flat_dense" and "flat_refused" force each plan onto the small launches (the
 # sparse one takes the one-warp-per-chunk kernel, of every dtype, which the default picks for "all";
 # the refused one never reads a refused logit, which the default picks for 16-bit "none" and "one";
-# fp32 launches take the dense plan for it); "flat_t64_x2" and "flat_t32_refused" launch small-launch
+# fp32 launches take the dense plan for it; "flat_patchy" and "chunked_patchy" force the plan of a
+# batch with a few constrained rows: small launches load only mask words, 16-bit chunked ones take
+# the one-warp-per-chunk kernel, aligned fp32 ones the dense plan, unaligned ones the sparse one);
+# "flat_t64_x2" and "flat_t32_refused" launch small-launch
 # blocks of 64 and 32 threads (more blocks per row, the last one partly past the row). The
 # "grouped" build runs the chunked kernel as dense-plan row groups of two rows' masks (one launch
 # per group), as launches whose masks exceed GROUP_MASK_BYTES run.
@@ -85,12 +88,14 @@ CHUNKED_BUILDS: dict[str, tuple[int | None, str | None]] = {
     "chunked_sparse": (None, "sparse"),
     "chunked_read_sparse": (0, "sparse"),
     "chunked_dense": (None, "dense"),
+    "chunked_patchy": (None, "patchy"),
 }
 FLAT_BUILDS: dict[str, tuple[int | None, str | None, int]] = {
     "flat_x2": (2, None, 256),
     "flat_sparse": (None, "sparse", 256),
     "flat_dense": (None, "dense", 256),
     "flat_refused": (None, "refused", 256),
+    "flat_patchy": (None, "patchy", 256),
     "flat_t64_x2": (2, None, 64),
     "flat_t32_refused": (None, "refused", 32),
 }
@@ -228,6 +233,26 @@ def test_a_sparse_plan_small_launch_masks_every_chunk_however_few_waves_the_chun
     applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, waves=0.01, plan=LaunchPlan.SPARSE)
     generator = torch.Generator().manual_seed(3)
     assert masks_like_the_reference(applier, masks("random", rows, vocab, generator), dtype, generator)
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("small", [True, False], ids=["small", "chunked"])
+def test_a_batch_with_a_few_constrained_rows_masks_like_the_reference(
+    vocab: int, dtype: torch.dtype, small: bool
+) -> None:
+    """The sample of such a batch's masks finds it patchy (most runs allow everything, some do not),
+    and the launch it picks masks the constrained rows and leaves the others alone."""
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from backend.kernels.mask_probe import PATCHY, MaskDensityProbe
+
+    rows = 16
+    applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, flat_max_bytes=(8 << 20) if small else 0)
+    generator = torch.Generator().manual_seed(vocab)
+    mask = torch.full((rows, (vocab + 31) // 32), -1, dtype=torch.int32)
+    mask[[3, 11]] = masks("random", 2, vocab, generator)
+    assert MaskDensityProbe(mask.numpy().reshape(-1), mask.shape[1]).plan(rows, refusable=True) == PATCHY
+    assert masks_like_the_reference(applier, mask, dtype, generator)
 
 
 def test_the_one_vector_kernels_fit_a_wave_of_eight_blocks_per_sm(appliers: dict[int, object]) -> None:
