@@ -407,7 +407,7 @@ def parse_variant(text: str) -> Variant:
     WORDS_MIB: the largest 16-bit launch above FLAT_MIB of one warp per chunk, every chunk at once;
     FLAT_VECTORS: 16-byte vectors per thread of fp32 small launches, 1 or 2, instead of by size;
     GROUP_MIB: chunked launches whose masks exceed it run as row groups whose masks fit, one launch
-    each; 0: one launch whatever the masks' size; PLAN: dense, sparse or refused, every chunked or
+    each; 0: one launch whatever the masks' size; PLAN: dense, sparse, patchy or refused, every chunked or
     small launch laid out so instead of by a sample of its masks; chunked launches take dense for
     refused; FLAT_THREADS: threads per block of the small-launch kernels, a multiple of 32 up to
     their build's bound: 256, or LLGT_FLAT_BOUNDS among the DEFINEs)."""
