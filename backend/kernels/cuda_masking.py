@@ -153,12 +153,7 @@ _SCAN_PIECE_WORDS = 64  # mask words a warp checks at once (SCAN_PIECE_WORDS in 
 PATCHY_WORDS_MAX_BYTES = 128 << 20
 PATCHY_DENSE_MAX_CHUNKS = 32768
 _PATCHY_SCATTER_WAVES = 1.5
-_PATCHY_WORDS_KERNELS = {
-    "mask_f16_v8": "words_f16",
-    "mask_f16_v8_scatter": "words_f16",
-    "mask_bf16_v8": "words_bf16",
-    "mask_bf16_v8_scatter": "words_bf16",
-}
+_PATCHY_WORDS_KERNELS = {**_WORDS_KERNELS, **{_SCATTER_KERNELS[name]: words for name, words in _WORDS_KERNELS.items()}}
 _PATCHY_DENSE_KERNELS = frozenset({"mask_f32_v4"})
 
 _void_p = ctypes.c_void_p
@@ -323,7 +318,8 @@ class CudaBitmaskApplier:
         self._flat_threads = _checked_flat_threads(flat_threads)
         self._flat_wave_blocks = int(sms) * (2048 // flat_threads)  # (flat_f32_v4's registers allow it)
         self._flat_two_above_rows = self._flat_two_threshold(flat_per_thread)
-        self._patchy_scatter_max_rows = self._patchy_scatter_threshold()
+        # (patchy 16-bit small launches scatter while their grid fits in _PATCHY_SCATTER_WAVES waves)
+        self._patchy_scatter_max_rows = self._flat_rows_within("flat_bf16_v8_scatter", _PATCHY_SCATTER_WAVES)
         self._waves = waves
         self._forced_plan: str | None = None if plan is None else plan.value
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
@@ -534,7 +530,7 @@ class CudaBitmaskApplier:
         forced = self._forced_plan
         if forced is not None:
             return DENSE if forced == REFUSED and not refusable else forced
-        return self._probe.plan(rows, refusable)  # (patchy_launch resolves PATCHY when the step is captured)
+        return self._probe.plan(rows, refusable)  # (_launch resolves PATCHY with patchy_launch)
 
     def _enqueue(
         self, name: str, rows: int, stream_ptr: int, naive: bool, plan: str | None, *, capturing: bool = False
@@ -699,13 +695,12 @@ class CudaBitmaskApplier:
             raise ValueError("flat_per_thread must be 1, 2 or None")
         if flat_per_thread is not None:
             return 0 if flat_per_thread == 2 else sys.maxsize
-        row_blocks = self._grid("flat_f32_v4", 1, False)[0]
-        return int(_FLAT_TWO_FROM_WAVE * self._flat_wave_blocks) // row_blocks
+        return self._flat_rows_within("flat_f32_v4", _FLAT_TWO_FROM_WAVE)
 
-    def _patchy_scatter_threshold(self) -> int:
-        """The most rows a patchy 16-bit small launch scatters into: as many as fit its grid in
-        _PATCHY_SCATTER_WAVES waves of blocks (worked out once, so a step only compares)."""
-        return int(_PATCHY_SCATTER_WAVES * self._flat_wave_blocks) // self._grid("flat_bf16_v8_scatter", 1, False)[0]
+    def _flat_rows_within(self, name: str, waves: float) -> int:
+        """The most rows a launch of small-launch kernel ``name`` takes with its grid in ``waves``
+        waves of blocks (worked out once, so a step only compares)."""
+        return int(waves * self._flat_wave_blocks) // self._grid(name, 1, False)[0]
 
     def _grid(self, name: str, rows: int, naive: bool, plan: str | None = None) -> tuple[int, int, int]:
         """Blocks in x and y (y is the row) and threads per block."""
