@@ -39,6 +39,7 @@ from torch.autograd import DeviceType  # type: ignore[attr-defined]
 from backend.kernels.cuda_masking import (
     FLAT_MAX_BYTES,
     GROUP_MASK_BYTES,
+    SCAN_WARP_PIECES,
     THREADS_PER_BLOCK,
     WORDS_MAX_BYTES,
     CudaBitmaskApplier,
@@ -370,6 +371,7 @@ class Variant:
     group_mask_bytes: int | None = GROUP_MASK_BYTES  # None: one launch whatever the masks' size
     plan: LaunchPlan | None = None  # None: by a sample of each step's masks, as the default
     flat_threads: int = THREADS_PER_BLOCK
+    scan_warp_pieces: int = SCAN_WARP_PIECES
 
     def applier(self, device: torch.device, rows: int, vocab: int) -> CudaBitmaskApplier:
         return CudaBitmaskApplier(
@@ -386,21 +388,22 @@ class Variant:
             group_mask_bytes=self.group_mask_bytes,
             plan=self.plan,
             flat_threads=self.flat_threads,
+            scan_warp_pieces=self.scan_warp_pieces,
         )
 
 
 VARIANT_HELP = (
     "label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB[:PLAN"
-    "[:FLAT_THREADS]]]]]]]]], "
+    "[:FLAT_THREADS[:SCAN_PIECES]]]]]]]]]], "
     "e.g. ncs:auto:LLGT_STREAM_STORES=0 (repeatable)"
 )
 
 
 def parse_variant(text: str) -> Variant:
-    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB[:PLAN[:FLAT_THREADS]]]]]]]]]``,
+    """``label:waves[:DEFINE,...[:FLAT_MIB[:THREADS[:SCATTER16_MIB[:WORDS_MIB[:FLAT_VECTORS[:GROUP_MIB[:PLAN[:FLAT_THREADS[:SCAN_PIECES]]]]]]]]]]``,
     e.g. ``w1:1``, ``ncs:auto:LLGT_STREAM_STORES=0``, ``flat24:auto::24``, ``t128:auto:::128``,
     ``s64:auto::::64``, ``words24:auto:::::24``, ``v1:auto::::::1``, ``one:auto:::::::0``,
-    ``dense:auto::::::::dense`` or ``ft128:auto:::::::::128``
+    ``dense:auto::::::::dense``, ``ft128:auto:::::::::128`` or ``sp1:auto::::::::::1``
     (auto: waves by launch size;
     FLAT_MIB: the largest small launch (a few vectors per thread); THREADS: threads per block of the
     chunked kernels; SCATTER16_MIB: the largest 16-bit launch that scatters into mixed vectors;
@@ -410,7 +413,9 @@ def parse_variant(text: str) -> Variant:
     each; 0: one launch whatever the masks' size; PLAN: dense, sparse, patchy or refused, every chunked or
     small launch laid out so instead of by a sample of its masks; chunked launches take dense for
     refused; FLAT_THREADS: threads per block of the small-launch kernels, a multiple of 32 up to
-    their build's bound: 256, or LLGT_FLAT_BOUNDS among the DEFINEs)."""
+    their build's bound: 256, or LLGT_FLAT_BOUNDS among the DEFINEs; SCAN_PIECES: pieces of mask
+    words each warp of the sparse plan's kernel takes before its grid grows, up to all the blocks the
+    SMs hold)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
     flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES
@@ -421,8 +426,11 @@ def parse_variant(text: str) -> Variant:
     group = (int(rest[6]) << 20 or None) if len(rest) > 6 and rest[6] else GROUP_MASK_BYTES
     plan = LaunchPlan(rest[7]) if len(rest) > 7 and rest[7] else None
     flat_threads = int(rest[8]) if len(rest) > 8 and rest[8] else THREADS_PER_BLOCK
+    scan_pieces = int(rest[9]) if len(rest) > 9 and rest[9] else SCAN_WARP_PIECES
     waves_value = None if waves == "auto" else float(waves)
-    return Variant(label, waves_value, defines, flat, threads, scatter16, words, vectors, group, plan, flat_threads)
+    return Variant(
+        label, waves_value, defines, flat, threads, scatter16, words, vectors, group, plan, flat_threads, scan_pieces
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

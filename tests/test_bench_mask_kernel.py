@@ -12,6 +12,7 @@ import torch
 from backend.kernels.cuda_masking import (
     FLAT_MAX_BYTES,
     GROUP_MASK_BYTES,
+    SCAN_WARP_PIECES,
     THREADS_PER_BLOCK,
     WORDS_MAX_BYTES,
     LaunchPlan,
@@ -40,6 +41,7 @@ def h100_report() -> dict[str, Any]:
     [
         ("w1:1", Variant("w1", 1.0, ())),
         ("ft128:auto:::::::::128", Variant("ft128", None, (), flat_threads=128)),
+        ("sp1:auto::::::::::1", Variant("sp1", None, (), scan_warp_pieces=1)),
         (
             "read:auto:LLGT_MIXED_SCATTER=0,LLGT_FLAT_SCATTER=0",
             Variant("read", None, ("LLGT_MIXED_SCATTER=0", "LLGT_FLAT_SCATTER=0")),
@@ -82,7 +84,8 @@ def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> N
 def test_unset_fields_keep_the_defaults_of_the_kernel_it_is_compared_with() -> None:
     variant = parse_variant("plain:auto")
     fields = (variant.flat_max_bytes, variant.chunk_threads, variant.scatter16_max_bytes, variant.words_max_bytes)
-    assert (*fields, variant.flat_per_thread, variant.group_mask_bytes, variant.plan, variant.flat_threads) == (
+    launch = (variant.flat_per_thread, variant.group_mask_bytes, variant.plan, variant.flat_threads)
+    assert (*fields, *launch, variant.scan_warp_pieces) == (
         FLAT_MAX_BYTES,
         THREADS_PER_BLOCK,
         None,  # the device's L2 size, as the default applier
@@ -91,6 +94,7 @@ def test_unset_fields_keep_the_defaults_of_the_kernel_it_is_compared_with() -> N
         GROUP_MASK_BYTES,
         None,  # by a sample of each step's masks, as the default applier
         THREADS_PER_BLOCK,
+        SCAN_WARP_PIECES,
     )
 
 

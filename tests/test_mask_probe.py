@@ -8,7 +8,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from backend.kernels.cuda_masking import PATCHY_DENSE_MAX_CHUNKS, PATCHY_WORDS_MAX_BYTES, patchy_launch
+from backend.kernels.cuda_masking import (
+    PATCHY_DENSE_MAX_CHUNKS,
+    PATCHY_WORDS_MAX_BYTES,
+    SCAN_WARP_PIECES,
+    patchy_launch,
+    scan_blocks,
+)
 from backend.kernels.mask_probe import DENSE, PATCHY, REFUSED, SAMPLED_RUNS, SPARSE, MaskDensityProbe
 
 WORDS = (128256 + 31) // 32
@@ -150,19 +156,20 @@ PATCHY_CASES = {
         ("mask_bf16_v8", PATCHY_WORDS_MAX_BYTES // (2 * 128256), 128256),
         ("words_bf16", None),
     ),
-    "16-bit launches past it keep the sparse plan": (
+    "mid-size 16-bit launches keep their warp per chunk": (("words_f16", 64, 128256), ("words_f16", None)),
+    "16-bit launches past it keep the sparse plan's kernel, a piece per warp": (
         ("mask_f16_v8", PATCHY_WORDS_MAX_BYTES // (2 * 128256) + 1, 128256),
-        ("mask_f16_v8", SPARSE),
+        ("mask_f16_v8", PATCHY),
     ),
     "fp32 launches of few chunks take the dense plan": (
         ("mask_f32_v4", PATCHY_DENSE_MAX_CHUNKS // 32, 32000),
         ("mask_f32_v4", DENSE),
     ),
-    "fp32 launches of more chunks keep the sparse plan": (
+    "fp32 launches of more chunks keep the sparse plan's kernel, a piece per warp": (
         ("mask_f32_v4", PATCHY_DENSE_MAX_CHUNKS // 32 + 1, 32000),
-        ("mask_f32_v4", SPARSE),
+        ("mask_f32_v4", PATCHY),
     ),
-    "unaligned rows keep the sparse plan": (("mask_bf16_v1", 256, 32001), ("mask_bf16_v1", SPARSE)),
+    "unaligned rows keep the sparse plan's layout": (("mask_bf16_v1", 256, 32001), ("mask_bf16_v1", PATCHY)),
 }
 
 
@@ -170,3 +177,28 @@ PATCHY_CASES = {
 def test_a_patchy_step_gives_constrained_chunks_their_own_warps_up_to_a_size(case: str) -> None:
     (name, rows, vocab), expected = PATCHY_CASES[case]
     assert patchy_launch(name, rows, vocab, scatter_max_rows=64) == expected
+
+
+# The H100's scan_f32_v4: 4 blocks of 8 warps on each of 132 SMs.
+RESIDENT = 4 * 132
+
+
+@pytest.mark.parametrize(
+    ("pieces", "expected"),
+    [
+        (1, 1),  # one block, however few pieces
+        (8 * SCAN_WARP_PIECES, 1),  # each of a block's warps takes a full round
+        (8 * SCAN_WARP_PIECES + 1, 2),
+        (4096, 4096 // (8 * SCAN_WARP_PIECES)),  # 256 x 32k fp32 (1 MB of masks): 64 blocks, not 512
+        (RESIDENT * 8 * SCAN_WARP_PIECES, RESIDENT),
+        (RESIDENT * 8 * SCAN_WARP_PIECES * 10, RESIDENT),  # past one round for every resident warp: rounds
+    ],
+)
+def test_the_sparse_kernel_takes_the_fewest_blocks_that_read_its_masks_in_one_round(pieces: int, expected: int) -> None:
+    assert scan_blocks(pieces, 8, RESIDENT) == expected
+
+
+def test_one_piece_per_warp_is_the_grid_before_rounds() -> None:
+    """The layout the benchmark's comparisons can ask for: as many warps as pieces, up to all resident."""
+    assert scan_blocks(4096, 8, RESIDENT, warp_pieces=1) == 512
+    assert scan_blocks(10**6, 8, RESIDENT, warp_pieces=1) == RESIDENT

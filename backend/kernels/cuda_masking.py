@@ -87,7 +87,9 @@ _FLAT_SHAPES = {
 # One warp per chunk, every chunk at once (mask_by_word), for aligned 16-bit launches above
 # flat_max_bytes up to WORDS_MAX_BYTES: all-allowed 1.76 against 3.5 us at 16 MB, 1-token 8-10%
 # faster, 50% from 4% slower to 9% faster (docs/benchmarks.md). fp32 keeps the chunked kernel, whose
-# scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us).
+# scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us). Steps
+# whose sampled masks all allow everything take the sparse plan's kernel instead (scan_rows, below:
+# 1.56 against 1.79 us at 256 x 32k bf16).
 WORDS_MAX_BYTES = 24 << 20
 _WORDS_KERNELS = {"mask_f16_v8": "words_f16", "mask_bf16_v8": "words_bf16"}
 # Small launches whose masks mostly allow everything (LaunchPlan.SPARSE) take mask_by_word too: a
@@ -126,18 +128,28 @@ _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_
 # The chunked kernels (mask_rows), the ones launched as row groups when their masks are many.
 _CHUNKED_KERNELS = frozenset({*_KERNELS.values(), *_SCATTER_KERNELS.values()})
 # The kernels whose launch follows a LaunchPlan, sampled from each step's masks.
-_PLANNED_KERNELS = _CHUNKED_KERNELS | frozenset(_FLAT_SPARSE_KERNELS)
-# The sparse plan's kernel for aligned rows (scan_rows): resident warps (_SCAN_WAVES times the blocks
-# all SMs hold) walk the launch's masks as one array, more words in flight per warp than mask_rows.
+_PLANNED_KERNELS = _CHUNKED_KERNELS | frozenset(_FLAT_SPARSE_KERNELS) | frozenset(_WORDS_KERNELS.values())
+# The sparse plan's kernel for aligned rows (scan_rows): warps (up to _SCAN_WAVES times the blocks all
+# SMs hold, scan_blocks) walk the launch's masks as one array, more words in flight per warp than mask_rows.
 _SCAN_KERNELS = {
     "mask_f32_v4": "scan_f32_v4",
     "mask_f16_v8": "scan_f16_v8",
     "mask_f16_v8_scatter": "scan_f16_v8_scatter",
     "mask_bf16_v8": "scan_bf16_v8",
     "mask_bf16_v8_scatter": "scan_bf16_v8_scatter",
+    "words_f16": "scan_f16_v8_scatter",  # (mid-size launches fit in L2: mixed vectors scattered into)
+    "words_bf16": "scan_bf16_v8_scatter",
 }
 _SCAN_WAVES = 1.0
 _SCAN_PIECE_WORDS = 64  # mask words a warp checks at once (SCAN_PIECE_WORDS in mask_logits.cu)
+# Pieces a scan warp takes before the grid grows: the pieces it loads at once (SCAN_PIECES in
+# mask_logits.cu), so a launch whose masks one round of loads covers takes the fewest blocks that
+# do it in that round. Each block costs launch time, and a warp's eight loads cost one latency.
+# Patchy steps past patchy_launch's sizes take this kernel with one piece per warp instead: their
+# constrained pieces are many, and a warp masks the ones it finds one after another.
+SCAN_WARP_PIECES = 8
+_SCAN_PATCHY_WARP_PIECES = 1
+_SPARSE_LAYOUTS = frozenset({SPARSE, PATCHY})  # plans that, once resolved, take the sparse plan's kernels
 # Steps whose sampled runs mostly allow everything but not all (LaunchPlan.PATCHY: a batch in which
 # a few rows are constrained). The sparse plan's resident warps mask the constrained pieces they
 # find one after another, so a launch waits for the warps that found several; these launches give
@@ -153,7 +165,11 @@ _SCAN_PIECE_WORDS = 64  # mask words a warp checks at once (SCAN_PIECE_WORDS in 
 PATCHY_WORDS_MAX_BYTES = 128 << 20
 PATCHY_DENSE_MAX_CHUNKS = 32768
 _PATCHY_SCATTER_WAVES = 1.5
-_PATCHY_WORDS_KERNELS = {**_WORDS_KERNELS, **{_SCATTER_KERNELS[name]: words for name, words in _WORDS_KERNELS.items()}}
+_PATCHY_WORDS_KERNELS = {
+    **_WORDS_KERNELS,
+    **{_SCATTER_KERNELS[name]: words for name, words in _WORDS_KERNELS.items()},
+    **{words: words for words in _WORDS_KERNELS.values()},
+}
 _PATCHY_DENSE_KERNELS = frozenset({"mask_f32_v4"})
 
 _void_p = ctypes.c_void_p
@@ -170,7 +186,7 @@ class LaunchPlan(enum.Enum):
     REFUSED = REFUSED  # (16-bit small launches) nearly every sampled run allows nothing: a vector
     # per thread that never reads the logits its mask refuses (other launches take the dense plan)
     PATCHY = PATCHY  # most sampled runs allow everything, not all: every constrained chunk its own
-    # warp up to a size (patchy_launch), the sparse plan's layout above it
+    # warp up to a size (patchy_launch), above it the sparse plan's kernels with a piece per warp
 
 
 # A step shape, whose launches are captured as one graph: kernel, rows, row base and stride, and
@@ -184,6 +200,20 @@ def _checked_flat_threads(threads: int) -> int:
     if threads % 32 or not 32 <= threads <= 1024:
         raise ValueError(f"flat_threads must be a multiple of 32 up to 1024, not {threads}")
     return threads
+
+
+def _checked_scan_warp_pieces(pieces: int) -> int:
+    if pieces < 1:
+        raise ValueError(f"scan_warp_pieces must be at least 1, not {pieces}")
+    return pieces
+
+
+def scan_blocks(pieces: int, warps_per_block: int, resident_blocks: int, warp_pieces: int = SCAN_WARP_PIECES) -> int:
+    """Blocks of a scan_rows launch over ``pieces`` pieces of mask words: enough that each warp
+    takes at most ``warp_pieces`` of them, and no more than ``resident_blocks`` (all the SMs hold
+    at once; past that, the resident warps take the pieces in rounds)."""
+    per_block = warps_per_block * warp_pieces
+    return max(1, min(resident_blocks, (pieces + per_block - 1) // per_block))
 
 
 def _element_bytes(kernel: str) -> int:
@@ -202,7 +232,8 @@ def patchy_launch(
 ) -> tuple[str, str | None]:
     """The kernel and plan (None: the kernel has one layout) that a launch of kernel ``name`` over
     ``rows`` rows of ``vocab`` logits takes when its masks' sample finds it patchy
-    (``scatter_max_rows``: the most rows a 16-bit small launch scatters into)."""
+    (``scatter_max_rows``: the most rows a 16-bit small launch scatters into). PATCHY, for chunked
+    launches past these sizes: the sparse plan's kernels, their warps spread one piece each."""
     if name in _FLAT_SHAPES:
         scatter = _FLAT_REFUSED_KERNELS.get(name)
         if scatter is None:  # (fp32: the kernel scatters already)
@@ -214,7 +245,7 @@ def patchy_launch(
     chunks = (vocab + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
     if name in _PATCHY_DENSE_KERNELS and rows * chunks <= dense_max_chunks:
         return name, DENSE
-    return name, SPARSE
+    return name, PATCHY
 
 
 class _Driver:
@@ -284,6 +315,7 @@ class CudaBitmaskApplier:
         group_mask_bytes: int | None = GROUP_MASK_BYTES,
         plan: LaunchPlan | None = None,
         flat_threads: int = THREADS_PER_BLOCK,
+        scan_warp_pieces: int = SCAN_WARP_PIECES,
     ) -> None:
         """``waves`` (fixed, instead of by launch size), ``defines`` (``-D`` macros for the kernel
         source), ``graphs=False`` (three driver calls a step, never a captured graph),
@@ -297,8 +329,9 @@ class CudaBitmaskApplier:
         groups whose masks fit, one launch each; None: never), ``plan`` (every chunked or small
         launch laid out so, instead of by its masks; the launches that have no refused plan take
         the dense one for it) and ``flat_threads`` (threads per block of the small-launch kernels, a
-        multiple of 32, at most their launch bounds: 256 unless built with ``LLGT_FLAT_BOUNDS``)
-        exist for the benchmark's comparisons and the tests."""
+        multiple of 32, at most their launch bounds: 256 unless built with ``LLGT_FLAT_BOUNDS``) and
+        ``scan_warp_pieces`` (pieces of mask words each warp of the sparse plan's kernel takes
+        before its grid grows) exist for the benchmark's comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
@@ -311,16 +344,16 @@ class CudaBitmaskApplier:
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
         self._chunks = (vocab_size + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
-        sms = pycuda_device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
+        self._sms = int(pycuda_device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT))
         self._chunk_threads = chunk_threads
-        self._sms = int(sms)
-        self._wave_blocks: int = int(sms) * (2048 // chunk_threads)
+        self._wave_blocks: int = self._sms * (2048 // chunk_threads)
         self._flat_threads = _checked_flat_threads(flat_threads)
-        self._flat_wave_blocks = int(sms) * (2048 // flat_threads)  # (flat_f32_v4's registers allow it)
+        self._flat_wave_blocks = self._sms * (2048 // flat_threads)  # (flat_f32_v4's registers allow it)
         self._flat_two_above_rows = self._flat_two_threshold(flat_per_thread)
         # (patchy 16-bit small launches scatter while their grid fits in _PATCHY_SCATTER_WAVES waves)
         self._patchy_scatter_max_rows = self._flat_rows_within("flat_bf16_v8_scatter", _PATCHY_SCATTER_WAVES)
         self._waves = waves
+        self._scan_warp_pieces = _checked_scan_warp_pieces(scan_warp_pieces)
         self._forced_plan: str | None = None if plan is None else plan.value
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
         self._flat_max_bytes = flat_max_bytes
@@ -628,7 +661,7 @@ class CudaBitmaskApplier:
     def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool, plan: str | None) -> None:
         if plan == PATCHY:
             name, plan = patchy_launch(name, rows, self.vocab_size, scatter_max_rows=self._patchy_scatter_max_rows)
-        if plan == SPARSE:
+        if plan in _SPARSE_LAYOUTS:  # (PATCHY here: patchy_launch's large launches)
             if name in _SCAN_KERNELS and self._param_ints[0].value == self.words:  # (masks back to back)
                 name = _SCAN_KERNELS[name]
             elif name in _FLAT_SPARSE_KERNELS:
@@ -719,11 +752,12 @@ class CudaBitmaskApplier:
             waves = _SCAN_WAVES if self._waves is None else self._waves
             resident = max(1, int(self._resident_blocks[name] * waves))
             pieces = (rows * self.words + _SCAN_PIECE_WORDS - 1) // _SCAN_PIECE_WORDS
-            return min(resident, (pieces + warps - 1) // warps), 1, threads
+            warp_pieces = _SCAN_PATCHY_WARP_PIECES if plan == PATCHY else self._scan_warp_pieces
+            return scan_blocks(pieces, warps, resident, warp_pieces), 1, threads
         chunk_blocks = (chunks + warps - 1) // warps
         if self._waves is not None:
             waves = self._waves
-        elif plan == SPARSE:
+        elif plan in _SPARSE_LAYOUTS:
             large = self._logits_bytes(name, rows) > _SPARSE_HALF_WAVE_MAX_BYTES
             waves = _SPARSE_WAVES_LARGE if large else _SPARSE_WAVES
         else:  # a warp per chunk

@@ -71,7 +71,8 @@ def appliers() -> dict[int, object]:
 # read, selected and written back); with the plan a sample of the masks picks (sparse for "all",
 # dense for the others), and with each plan forced onto every kind of mask. The "words" build forces
 # the one-warp-per-chunk kernel of mid-size 16-bit launches onto them (fp32 and unaligned rows keep
-# the chunked kernel there). The "flat_x2" build gives the fp32 small-launch kernel two vectors per
+# the chunked kernel there; masks whose sample allows everything take the sparse plan's kernel, as
+# mid-size launches do). The "flat_x2" build gives the fp32 small-launch kernel two vectors per
 # thread; "flat_sparse", "flat_dense" and "flat_refused" force each plan onto the small launches (the
 # sparse one takes the one-warp-per-chunk kernel, of every dtype, which the default picks for "all";
 # the refused one never reads a refused logit, which the default picks for 16-bit "none" and "one";
@@ -81,14 +82,17 @@ def appliers() -> dict[int, object]:
 # "flat_t64_x2" and "flat_t32_refused" launch small-launch
 # blocks of 64 and 32 threads (more blocks per row, the last one partly past the row). The
 # "grouped" build runs the chunked kernel as dense-plan row groups of two rows' masks (one launch
-# per group), as launches whose masks exceed GROUP_MASK_BYTES run.
-CHUNKED_BUILDS: dict[str, tuple[int | None, str | None]] = {
-    "chunked": (None, None),
-    "chunked_read": (0, None),
-    "chunked_sparse": (None, "sparse"),
-    "chunked_read_sparse": (0, "sparse"),
-    "chunked_dense": (None, "dense"),
-    "chunked_patchy": (None, "patchy"),
+# per group), as launches whose masks exceed GROUP_MASK_BYTES run. "chunked_sparse_spread" gives
+# the sparse plan's kernel one piece of mask words per warp (as patchy steps past patchy_launch's
+# sizes take it) instead of the fewest blocks whose warps read every piece in one round.
+CHUNKED_BUILDS: dict[str, tuple[int | None, str | None, int | None]] = {
+    "chunked": (None, None, None),
+    "chunked_read": (0, None, None),
+    "chunked_sparse": (None, "sparse", None),
+    "chunked_sparse_spread": (None, "sparse", 1),
+    "chunked_read_sparse": (0, "sparse", None),
+    "chunked_dense": (None, "dense", None),
+    "chunked_patchy": (None, "patchy", None),
 }
 FLAT_BUILDS: dict[str, tuple[int | None, str | None, int]] = {
     "flat_x2": (2, None, 256),
@@ -104,7 +108,7 @@ FLAT_BUILDS: dict[str, tuple[int | None, str | None, int]] = {
 @pytest.fixture(scope="module")
 def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
     """``(build, vocab)``: the default appliers, and the chunked builds forced onto small batches."""
-    from backend.kernels.cuda_masking import CudaBitmaskApplier, LaunchPlan
+    from backend.kernels.cuda_masking import SCAN_WARP_PIECES, CudaBitmaskApplier, LaunchPlan
 
     chunked = {
         (build, vocab): CudaBitmaskApplier(
@@ -115,8 +119,9 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
             scatter16_max_bytes=scatter16_max_bytes,
             words_max_bytes=0,
             plan=None if plan is None else LaunchPlan(plan),
+            scan_warp_pieces=SCAN_WARP_PIECES if warp_pieces is None else warp_pieces,
         )
-        for build, (scatter16_max_bytes, plan) in CHUNKED_BUILDS.items()
+        for build, (scatter16_max_bytes, plan, warp_pieces) in CHUNKED_BUILDS.items()
         for vocab in VOCABS
     }
     words = {
