@@ -325,8 +325,9 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
 // The sparse plan's kernel, for steps whose masks mostly allow everything: the kernel then mostly
 // reads mask words, so what counts is how many of those reads are in flight and how few
 // instructions each costs. The launch's masks are one array of rows * mask_words words (the loader
-// takes this kernel only when mask_stride == mask_words); resident warps walk it in pieces of
-// SCAN_PIECE_WORDS words, SCAN_PIECES pieces in flight at a time, lane i loading 8-byte pairs i,
+// takes this kernel only when mask_stride == mask_words); warps walk it in pieces of
+// SCAN_PIECE_WORDS words, SCAN_PIECES pieces in flight at a time (the loader launches the fewest
+// warps that read it all in one such round, up to all the SMs hold), lane i loading 8-byte pairs i,
 // i + 32, ... of each piece (no division, no row arithmetic). A piece whose words all allow
 // everything is done. Otherwise each chunk of a row that it touches (two or three) is loaded again
 // (from L2) and masked as in mask_rows; a chunk two pieces touch may be masked twice, which writes
