@@ -156,7 +156,6 @@ PATCHY_CASES = {
         ("mask_bf16_v8", PATCHY_WORDS_MAX_BYTES // (2 * 128256), 128256),
         ("words_bf16", None),
     ),
-    "mid-size 16-bit launches keep their warp per chunk": (("words_f16", 64, 128256), ("words_f16", None)),
     "16-bit launches past it keep the sparse plan's kernel, a piece per warp": (
         ("mask_f16_v8", PATCHY_WORDS_MAX_BYTES // (2 * 128256) + 1, 128256),
         ("mask_f16_v8", PATCHY),

@@ -87,9 +87,10 @@ _FLAT_SHAPES = {
 # One warp per chunk, every chunk at once (mask_by_word), for aligned 16-bit launches above
 # flat_max_bytes up to WORDS_MAX_BYTES: all-allowed 1.76 against 3.5 us at 16 MB, 1-token 8-10%
 # faster, 50% from 4% slower to 9% faster (docs/benchmarks.md). fp32 keeps the chunked kernel, whose
-# scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us). Steps
-# whose sampled masks all allow everything take the sparse plan's kernel instead (scan_rows, below:
-# 1.56 against 1.79 us at 256 x 32k bf16).
+# scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us). It has
+# one layout, whatever the masks: the sparse plan's kernel was faster when they all allow everything
+# (1.56 against 1.79 us at 256 x 32k bf16), but a step whose sample misses its few constrained rows
+# took 9.8 us there against 2.6 (docs/benchmarks.md).
 WORDS_MAX_BYTES = 24 << 20
 _WORDS_KERNELS = {"mask_f16_v8": "words_f16", "mask_bf16_v8": "words_bf16"}
 # Small launches whose masks mostly allow everything (LaunchPlan.SPARSE) take mask_by_word too: a
@@ -128,7 +129,7 @@ _SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_
 # The chunked kernels (mask_rows), the ones launched as row groups when their masks are many.
 _CHUNKED_KERNELS = frozenset({*_KERNELS.values(), *_SCATTER_KERNELS.values()})
 # The kernels whose launch follows a LaunchPlan, sampled from each step's masks.
-_PLANNED_KERNELS = _CHUNKED_KERNELS | frozenset(_FLAT_SPARSE_KERNELS) | frozenset(_WORDS_KERNELS.values())
+_PLANNED_KERNELS = _CHUNKED_KERNELS | frozenset(_FLAT_SPARSE_KERNELS)
 # The sparse plan's kernel for aligned rows (scan_rows): warps (up to _SCAN_WAVES times the blocks all
 # SMs hold, scan_blocks) walk the launch's masks as one array, more words in flight per warp than mask_rows.
 _SCAN_KERNELS = {
@@ -137,8 +138,6 @@ _SCAN_KERNELS = {
     "mask_f16_v8_scatter": "scan_f16_v8_scatter",
     "mask_bf16_v8": "scan_bf16_v8",
     "mask_bf16_v8_scatter": "scan_bf16_v8_scatter",
-    "words_f16": "scan_f16_v8_scatter",  # (mid-size launches fit in L2: mixed vectors scattered into)
-    "words_bf16": "scan_bf16_v8_scatter",
 }
 _SCAN_WAVES = 1.0
 _SCAN_PIECE_WORDS = 64  # mask words a warp checks at once (SCAN_PIECE_WORDS in mask_logits.cu)
@@ -165,11 +164,7 @@ _SPARSE_LAYOUTS = frozenset({SPARSE, PATCHY})  # plans that, once resolved, take
 PATCHY_WORDS_MAX_BYTES = 128 << 20
 PATCHY_DENSE_MAX_CHUNKS = 32768
 _PATCHY_SCATTER_WAVES = 1.5
-_PATCHY_WORDS_KERNELS = {
-    **_WORDS_KERNELS,
-    **{_SCATTER_KERNELS[name]: words for name, words in _WORDS_KERNELS.items()},
-    **{words: words for words in _WORDS_KERNELS.values()},
-}
+_PATCHY_WORDS_KERNELS = {**_WORDS_KERNELS, **{_SCATTER_KERNELS[name]: words for name, words in _WORDS_KERNELS.items()}}
 _PATCHY_DENSE_KERNELS = frozenset({"mask_f32_v4"})
 
 _void_p = ctypes.c_void_p

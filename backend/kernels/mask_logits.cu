@@ -46,10 +46,6 @@
 //   LLGT_PREFETCH_ROWS: D > 0 makes the first block of row r prefetch row r + D's mask into L2,
 //                      one burst of reads per row instead of one small read per warp amid the stores
 //                      (LLGT_PREFETCH_EVICT_LAST=1: marked evict-last in L2);
-//   LLGT_WORDS_PHASE:  1 makes mask_by_word load a mixed chunk's vectors before its first store (as
-//                      the chunked kernels do) instead of one vector after another (rejected);
-//   LLGT_SCAN_BATCH:   N > 0 makes scan_rows load the mask words of N chunks of a warp's mixed pieces
-//                      at once, then mask them one after another (rejected);
 //   LLGT_SCAN_PIECE_WORDS, LLGT_SCAN_PIECES: the sparse plan's kernel (scan_rows) checks mask words
 //                      in pieces of this many words (a multiple of 64), this many pieces at a time;
 #ifndef LLGT_PHASE_PIECES
@@ -81,12 +77,6 @@
 #endif
 #ifndef LLGT_FLAT_SCATTER
 #define LLGT_FLAT_SCATTER 1
-#endif
-#ifndef LLGT_WORDS_PHASE
-#define LLGT_WORDS_PHASE 0
-#endif
-#ifndef LLGT_SCAN_BATCH
-#define LLGT_SCAN_BATCH 0
 #endif
 #ifndef LLGT_FLAT_SCATTER16
 #define LLGT_FLAT_SCATTER16 false
@@ -379,91 +369,6 @@ __device__ __noinline__ void scan_piece(T* const* __restrict__ rows, T* base, lo
     }
 }
 
-#if LLGT_SCAN_BATCH
-// The chunks of a round's mixed pieces, one after another: the current (row, chunk), the last
-// chunk of its piece, and the round's mixed pieces not reached yet (bit p: piece p).
-struct ChunkCursor {
-    long long row;
-    long long last_row;
-    int chunk;
-    int last_chunk;
-    uint32_t mixed;
-};
-
-__device__ __forceinline__ bool next_mixed_piece(ChunkCursor& c, long long piece, long long warps, long long total,
-                                                 int mask_words) {
-    while (c.mixed != 0u) {
-        const int p = __ffs(c.mixed) - 1;
-        c.mixed &= c.mixed - 1u;
-        const long long first = (piece + p * warps) * SCAN_PIECE_WORDS;
-        if (first < total) {
-            const long long last = (first + SCAN_PIECE_WORDS < total ? first + SCAN_PIECE_WORDS : total) - 1;
-            c.row = first / mask_words;
-            c.chunk = static_cast<int>(first - c.row * mask_words) >> 5;
-            c.last_row = last / mask_words;
-            c.last_chunk = static_cast<int>(last - c.last_row * mask_words) >> 5;
-            return true;
-        }
-    }
-    return false;
-}
-
-__device__ __forceinline__ bool next_mixed_chunk(ChunkCursor& c, long long piece, long long warps, long long total,
-                                                 int mask_words) {
-    if (c.row == c.last_row && c.chunk == c.last_chunk) {
-        return next_mixed_piece(c, piece, warps, total, mask_words);
-    }
-    if (++c.chunk * 32 >= mask_words) {
-        c.chunk = 0;
-        ++c.row;
-    }
-    return true;
-}
-
-__device__ __forceinline__ uint32_t chunk_word(const uint32_t* __restrict__ masks, long long row, int chunk,
-                                               int mask_words, int vocab, int lane) {
-    const int word_index = chunk * 32 + lane;
-    return word_index < mask_words ? __ldg(masks + row * mask_words + word_index)
-           : word_index * 32 < vocab ? 0u
-                                     : 0xffffffffu;
-}
-
-template <typename T, int VEC, bool SCATTER>
-__device__ __noinline__ void scan_mixed(T* const* __restrict__ rows, T* base, long long row_stride,
-                                        const uint32_t* __restrict__ masks, int mask_words, int vocab,
-                                        long long piece, long long warps, long long total, uint32_t mixed, int lane) {
-    ChunkCursor c{0, 0, 0, 0, mixed};
-    bool more = next_mixed_piece(c, piece, warps, total, mask_words);
-    while (more) {
-        ChunkCursor at = c;
-        uint32_t words[LLGT_SCAN_BATCH];
-        int count = 0;
-#pragma unroll
-        for (int k = 0; k < LLGT_SCAN_BATCH; ++k) {
-            words[k] = 0xffffffffu;
-            if (more) {
-                words[k] = chunk_word(masks, c.row, c.chunk, mask_words, vocab, lane);
-                count = k + 1;
-                more = next_mixed_chunk(c, piece, warps, total, mask_words);
-            }
-        }
-#pragma unroll 1
-        for (int k = 0; k < count; ++k) {
-            uint32_t word = words[0];
-#pragma unroll
-            for (int j = 1; j < LLGT_SCAN_BATCH; ++j) {
-                word = k == j ? words[j] : word;
-            }
-            if (!__all_sync(0xffffffffu, word == 0xffffffffu)) {
-                T* __restrict__ logits = row_at(rows, base, row_stride, at.row);
-                mask_chunk<T, VEC, SCATTER && LLGT_MIXED_SCATTER>(logits, word, at.chunk << 10, lane, vocab);
-            }
-            next_mixed_chunk(at, piece, warps, total, mask_words);
-        }
-    }
-}
-#endif
-
 template <typename T, int VEC, bool SCATTER>
 __device__ __forceinline__ void scan_rows(T* const* __restrict__ rows, T* base, long long row_stride,
                                           const uint32_t* __restrict__ masks, int mask_words, int vocab,
@@ -499,19 +404,12 @@ __device__ __forceinline__ void scan_rows(T* const* __restrict__ rows, T* base, 
             }
             mixed |= __all_sync(0xffffffffu, all == 0xffffffffu) ? 0u : 1u << p;
         }
-#if LLGT_SCAN_BATCH
-        if (mixed != 0u) {
-            scan_mixed<T, VEC, SCATTER>(rows, base, row_stride, masks, mask_words, vocab, piece, warps, total, mixed,
-                                        lane);
-        }
-#else
         for (int p = 0; mixed != 0; ++p, mixed >>= 1) {  // (rare in this plan's steps)
             const long long first = (piece + p * warps) * SCAN_PIECE_WORDS;
             if ((mixed & 1u) && first < total) {
                 scan_piece<T, VEC, SCATTER>(rows, base, row_stride, masks, mask_words, vocab, first, total, lane);
             }
         }
-#endif
     }
 }
 
@@ -633,10 +531,6 @@ __device__ __forceinline__ void mask_by_word(T* const* __restrict__ rows, T* bas
         return;
     }
     T* __restrict__ logits = row_of(rows, base, row_stride);
-#if LLGT_WORDS_PHASE
-    mask_chunk<T, VEC, false>(logits, word, chunk_first, lane, vocab);
-    return;
-#endif
     const uint32_t p = NegInf<T>::pattern;
 #pragma unroll
     for (int v = 0; v < VECS; ++v) {

@@ -71,8 +71,7 @@ def appliers() -> dict[int, object]:
 # read, selected and written back); with the plan a sample of the masks picks (sparse for "all",
 # dense for the others), and with each plan forced onto every kind of mask. The "words" build forces
 # the one-warp-per-chunk kernel of mid-size 16-bit launches onto them (fp32 and unaligned rows keep
-# the chunked kernel there; masks whose sample allows everything take the sparse plan's kernel, as
-# mid-size launches do). The "flat_x2" build gives the fp32 small-launch kernel two vectors per
+# the chunked kernel there). The "flat_x2" build gives the fp32 small-launch kernel two vectors per
 # thread; "flat_sparse", "flat_dense" and "flat_refused" force each plan onto the small launches (the
 # sparse one takes the one-warp-per-chunk kernel, of every dtype, which the default picks for "all";
 # the refused one never reads a refused logit, which the default picks for 16-bit "none" and "one";
