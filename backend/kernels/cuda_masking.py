@@ -160,7 +160,8 @@ _SPARSE_LAYOUTS = frozenset({SPARSE, PATCHY})  # plans that, once resolved, take
 # 16-bit chunked launches of up to PATCHY_WORDS_MAX_BYTES take mask_by_word (256 x 128k bf16, a
 # tenth of the rows a JSON string's: 5.3 against 8.5 us); aligned fp32 chunked launches of up to
 # PATCHY_DENSE_MAX_CHUNKS chunks take the dense plan (64 x 128k fp32: 4.2 against 8.2 us). Larger
-# launches keep the sparse plan, whose reads of the masks then outweigh the chains.
+# launches keep the sparse plan's kernels, whose reads of the masks then outweigh the chains, with
+# one piece of mask words per warp (_SCAN_PATCHY_WARP_PIECES).
 PATCHY_WORDS_MAX_BYTES = 128 << 20
 PATCHY_DENSE_MAX_CHUNKS = 32768
 _PATCHY_SCATTER_WAVES = 1.5

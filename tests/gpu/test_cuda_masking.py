@@ -77,7 +77,7 @@ def appliers() -> dict[int, object]:
 # the refused one never reads a refused logit, which the default picks for 16-bit "none" and "one";
 # fp32 launches take the dense plan for it; "flat_patchy" and "chunked_patchy" force the plan of a
 # batch with a few constrained rows: small launches load only mask words, 16-bit chunked ones take
-# the one-warp-per-chunk kernel, aligned fp32 ones the dense plan, unaligned ones the sparse one);
+# the one-warp-per-chunk kernel, aligned fp32 ones the dense plan, unaligned ones the sparse layout);
 # "flat_t64_x2" and "flat_t32_refused" launch small-launch
 # blocks of 64 and 32 threads (more blocks per row, the last one partly past the row). The
 # "grouped" build runs the chunked kernel as dense-plan row groups of two rows' masks (one launch
