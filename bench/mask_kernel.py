@@ -45,7 +45,6 @@ from backend.kernels.cuda_masking import (
     CudaBitmaskApplier,
     LaunchPlan,
 )
-from backend.kernels.mask_probe import MaskDensityProbe
 from backend.masking import apply_token_bitmask_cpu
 
 logger = logging.getLogger("bench.mask_kernel")
@@ -321,9 +320,8 @@ def measure_case(
     calls_applier.host_masks(len(masks)).copy_(masks)
     row["host_calls_us"] = host_time_us(functools.partial(calls_applier.apply, work, stream_ptr), repeats)
     # The same with the launch plan the masks' sample picks set beforehand: what the sample costs.
-    # (A chunked launch forced to the refused plan takes the dense one, as it would by its sample.)
-    plan = MaskDensityProbe(masks.numpy().reshape(-1), masks.shape[1]).plan(len(masks), refusable=True)
-    planned = planned_appliers[LaunchPlan(plan)]
+    # (A launch that has one layout takes it whatever the plan.)
+    planned = planned_appliers[applier.launch_plan(work) or LaunchPlan.DENSE]
     planned.host_masks(len(masks)).copy_(masks)
     row["host_planned_us"] = host_time_us(functools.partial(planned.apply, work, stream_ptr), repeats)
     for label, variant in variants.items():
@@ -408,12 +406,14 @@ def parse_variant(text: str) -> Variant:
     (auto: waves by launch size;
     FLAT_MIB: the largest small launch (a few vectors per thread); THREADS: threads per block of the
     chunked kernels; SCATTER16_MIB: the largest 16-bit launch that scatters into mixed vectors;
-    WORDS_MIB: the largest 16-bit launch above FLAT_MIB of one warp per chunk, every chunk at once;
+    WORDS_MIB: the mid-size bound: the largest 16-bit launch above FLAT_MIB of one warp per chunk,
+    every chunk at once, and the largest aligned fp32 one that takes the refused plan;
     FLAT_VECTORS: 16-byte vectors per thread of fp32 small launches, 1 or 2, instead of by size;
     GROUP_MIB: chunked launches whose masks exceed it run as row groups whose masks fit, one launch
-    each; 0: one launch whatever the masks' size; PLAN: dense, sparse, patchy or refused, every chunked or
-    small launch laid out so instead of by a sample of its masks; chunked launches take dense for
-    refused; FLAT_THREADS: threads per block of the small-launch kernels, a multiple of 32 up to
+    each; 0: one launch whatever the masks' size; PLAN: dense, sparse, patchy or refused, every
+    chunked or small launch laid out so instead of by a sample of its masks; launches that have no
+    refused plan (fp32 small ones, unaligned ones, and all above the mid-size bound) take dense for
+    it; FLAT_THREADS: threads per block of the small-launch kernels, a multiple of 32 up to
     their build's bound: 256, or LLGT_FLAT_BOUNDS among the DEFINEs; SCAN_PIECES: pieces of mask
     words each warp of the sparse plan's kernel takes before its grid grows, up to all the blocks the
     SMs hold)."""

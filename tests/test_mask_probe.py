@@ -9,13 +9,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from backend.kernels.cuda_masking import (
+    MID_REFUSED_FROM,
     PATCHY_DENSE_MAX_CHUNKS,
     PATCHY_WORDS_MAX_BYTES,
     SCAN_WARP_PIECES,
     patchy_launch,
     scan_blocks,
 )
-from backend.kernels.mask_probe import DENSE, PATCHY, REFUSED, SAMPLED_RUNS, SPARSE, MaskDensityProbe
+from backend.kernels.mask_probe import DENSE, PATCHY, REFUSED, REFUSED_FROM, SAMPLED_RUNS, SPARSE, MaskDensityProbe
 
 WORDS = (128256 + 31) // 32
 MAX_ROWS = 300
@@ -25,10 +26,10 @@ def probe_over(masks: npt.NDArray[np.int32]) -> MaskDensityProbe:
     return MaskDensityProbe(masks.reshape(-1), masks.shape[1])
 
 
-@pytest.mark.parametrize("refusable", [True, False])
-def test_masks_that_allow_everything_are_sparse(refusable: bool) -> None:
+@pytest.mark.parametrize("refused_from", [REFUSED_FROM, 1, None])
+def test_masks_that_allow_everything_are_sparse(refused_from: int | None) -> None:
     probe = probe_over(np.full((MAX_ROWS, WORDS), -1, dtype=np.int32))
-    assert probe.plan(MAX_ROWS, refusable) == SPARSE and probe.plan(1, refusable) == SPARSE
+    assert probe.plan(MAX_ROWS, refused_from) == SPARSE and probe.plan(1, refused_from) == SPARSE
 
 
 def test_forced_tokens_are_refused_where_the_launch_can_take_that_plan_and_dense_elsewhere() -> None:
@@ -36,15 +37,18 @@ def test_forced_tokens_are_refused_where_the_launch_can_take_that_plan_and_dense
     masks = np.zeros((MAX_ROWS, WORDS), dtype=np.int32)
     masks[np.arange(MAX_ROWS), np.arange(MAX_ROWS) % WORDS] = 1 << 5  # one token a row
     probe = probe_over(masks)
-    assert probe.plan(MAX_ROWS, refusable=True) == REFUSED and probe.plan(1, refusable=True) == REFUSED
-    assert probe.plan(MAX_ROWS, refusable=False) == DENSE and probe.plan(1, refusable=False) == DENSE
+    assert (
+        probe.plan(MAX_ROWS, refused_from=REFUSED_FROM) == REFUSED
+        and probe.plan(1, refused_from=REFUSED_FROM) == REFUSED
+    )
+    assert probe.plan(MAX_ROWS, refused_from=None) == DENSE and probe.plan(1, refused_from=None) == DENSE
 
 
-@pytest.mark.parametrize("refusable", [True, False])
-def test_random_masks_are_dense(refusable: bool) -> None:
+@pytest.mark.parametrize("refused_from", [REFUSED_FROM, 1, None])
+def test_random_masks_are_dense(refused_from: int | None) -> None:
     rng = np.random.default_rng(0)
     masks = rng.integers(-(2**31), 2**31, size=(64, WORDS), dtype=np.int64).astype(np.int32)
-    assert probe_over(masks).plan(64, refusable) == DENSE
+    assert probe_over(masks).plan(64, refused_from) == DENSE
 
 
 def test_a_string_state_that_refuses_a_few_tokens_all_over_the_vocabulary_is_dense() -> None:
@@ -57,7 +61,7 @@ def test_a_string_state_that_refuses_a_few_tokens_all_over_the_vocabulary_is_den
     bits = (~(np.int64(1) << (refused & 31))).astype(np.int32)
     np.bitwise_and.at(masks, (np.arange(256)[:, None], refused >> 5), bits)
     assert (masks != -1).mean() > 0.4  # about half the words refuse a token
-    assert probe_over(masks).plan(256, refusable=True) == DENSE
+    assert probe_over(masks).plan(256, refused_from=REFUSED_FROM) == DENSE
 
 
 def test_a_row_that_refuses_a_few_neighbouring_tokens_is_patchy() -> None:
@@ -65,7 +69,7 @@ def test_a_row_that_refuses_a_few_neighbouring_tokens_is_patchy() -> None:
     sample meets the stretch, and most of it allows everything."""
     masks = np.full((8, WORDS), -1, dtype=np.int32)
     masks[:, :40] = 0
-    assert probe_over(masks).plan(8, refusable=True) == PATCHY
+    assert probe_over(masks).plan(8, refused_from=REFUSED_FROM) == PATCHY
 
 
 def test_a_batch_with_a_few_constrained_rows_is_patchy_when_the_sample_meets_one() -> None:
@@ -73,20 +77,25 @@ def test_a_batch_with_a_few_constrained_rows_is_patchy_when_the_sample_meets_one
     allow everything: an eighth of the sampled runs fall in the constrained rows."""
     masks = np.full((256, WORDS), -1, dtype=np.int32)
     masks[::8] = 0x7FFF_FFFF  # every 32nd token refused
-    assert probe_over(masks).plan(256, refusable=True) == PATCHY
+    assert probe_over(masks).plan(256, refused_from=REFUSED_FROM) == PATCHY
     masks[::8] = -1
-    assert probe_over(masks).plan(256, refusable=True) == SPARSE
+    assert probe_over(masks).plan(256, refused_from=REFUSED_FROM) == SPARSE
 
 
-@pytest.mark.parametrize(("allowing_rows", "expected"), [(4, SPARSE), (2, DENSE), (0, REFUSED)])
-def test_a_mixed_batch_takes_a_one_sided_plan_only_when_nearly_every_row_is_one_sided(
-    allowing_rows: int, expected: str
+@pytest.mark.parametrize(
+    ("allowing_rows", "refused_from", "expected"),
+    [(4, REFUSED_FROM, SPARSE), (2, REFUSED_FROM, DENSE), (0, REFUSED_FROM, REFUSED), (2, MID_REFUSED_FROM, REFUSED)],
+)
+def test_a_mixed_batch_takes_a_one_sided_plan_only_when_enough_rows_are_one_sided(
+    allowing_rows: int, refused_from: int, expected: str
 ) -> None:
-    """Rows that allow everything among rows that allow nothing, interleaved (4 of 4 allowing: all)."""
+    """Rows that allow everything among rows that allow nothing, interleaved (4 of 4 allowing: all).
+    Half and half is dense where the refused plan needs nearly every run to allow nothing (16-bit
+    small launches), refused where it needs a quarter (mid-size fp32 launches)."""
     masks = np.zeros((256, WORDS), dtype=np.int32)
     for first in range(allowing_rows):
         masks[first::4] = -1
-    assert probe_over(masks).plan(256, refusable=True) == expected
+    assert probe_over(masks).plan(256, refused_from=refused_from) == expected
 
 
 @pytest.mark.parametrize("rows", [64, 256, 1000, 4096])
@@ -103,9 +112,9 @@ def test_only_the_steps_rows_are_sampled() -> None:
     """Rows past this step's (left over from a larger one) do not count."""
     masks = np.full((MAX_ROWS, WORDS), -1, dtype=np.int32)
     masks[:10] = 0
-    assert probe_over(masks).plan(10, refusable=True) == REFUSED
+    assert probe_over(masks).plan(10, refused_from=REFUSED_FROM) == REFUSED
     masks[:10] = 0x5555_5555
-    assert probe_over(masks).plan(10, refusable=True) == DENSE
+    assert probe_over(masks).plan(10, refused_from=REFUSED_FROM) == DENSE
 
 
 @settings(max_examples=100, deadline=None)
@@ -127,7 +136,7 @@ def test_each_sample_lies_in_its_own_stretch_of_the_rows_and_inside_them(rows: i
 
 def test_a_single_word_of_masks_is_dense() -> None:
     probe = MaskDensityProbe(np.full(1, -1, dtype=np.int32), 1)
-    assert probe.plan(1, refusable=True) == DENSE
+    assert probe.plan(1, refused_from=REFUSED_FROM) == DENSE
     with pytest.raises(ValueError, match="no whole run"):
         probe.positions(1)
 
@@ -135,7 +144,7 @@ def test_a_single_word_of_masks_is_dense() -> None:
 def test_more_rows_than_the_buffer_holds_are_refused() -> None:
     probe = MaskDensityProbe(np.zeros(4 * WORDS, dtype=np.int32), WORDS)
     with pytest.raises(ValueError, match="do not fit"):
-        probe.plan(5, refusable=True)
+        probe.plan(5, refused_from=REFUSED_FROM)
 
 
 # (kernel, rows, vocab) -> (kernel, plan) of a patchy step, as the applier resolves it.

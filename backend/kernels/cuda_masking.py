@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backend.kernels.mask_probe import DENSE, PATCHY, REFUSED, SPARSE, MaskDensityProbe
+from backend.kernels.mask_probe import DENSE, PATCHY, REFUSED, REFUSED_FROM, SPARSE, MaskDensityProbe
 
 KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
 THREADS_PER_BLOCK = 256
@@ -69,12 +69,13 @@ NAIVE_KERNELS = {torch.float32: "naive_f32", torch.float16: "naive_f16", torch.b
 # Below this many bytes of logits a launch is latency-bound: a vector or a few per thread (mask_flat).
 FLAT_MAX_BYTES = 8 << 20
 _FLAT_KERNELS = {"mask_f32_v4": "flat_f32_v4", "mask_f16_v8": "flat_f16_v8", "mask_bf16_v8": "flat_bf16_v8"}
-# fp32 small launches whose one-vector grid would take more than 3/4 of a wave of blocks take two
-# vectors per thread instead, half the blocks: all-allowed 1.71 against 1.94 us at 8 x 152k and 2.06
-# against 2.50 at 64 x 32k (docs/benchmarks.md). Smaller launches lose with two (0.95 against 1.00x
-# xgrammar at 8 x 32k), and so do 16-bit rows, whose threads read their logits (3-17%).
+# fp32 small launches whose one-vector grid would take more than half a wave of blocks take two
+# vectors per thread instead, half the blocks: 1 token at 5 x 152k 1.86 against 2.17 us, 50% at
+# 24 x 32k 2.08 against 2.39 (xgrammar 2.13 and 2.63). Smaller launches lose with two (1 token at
+# 2 x 152k: 1.45 against 1.37 us), and so do 16-bit rows, whose threads read their logits (3-17%;
+# docs/benchmarks.md).
 _FLAT_TWO_PER_THREAD = {"flat_f32_v4": "flat_f32_v4_x2"}
-_FLAT_TWO_FROM_WAVE = 0.75
+_FLAT_TWO_FROM_WAVE = 0.5
 # Each small-launch kernel: (elements per 16-byte vector, vectors per thread).
 _FLAT_SHAPES = {
     "flat_f32_v4": (4, 1),
@@ -87,7 +88,8 @@ _FLAT_SHAPES = {
 # One warp per chunk, every chunk at once (mask_by_word), for aligned 16-bit launches above
 # flat_max_bytes up to WORDS_MAX_BYTES: all-allowed 1.76 against 3.5 us at 16 MB, 1-token 8-10%
 # faster, 50% from 4% slower to 9% faster (docs/benchmarks.md). fp32 keeps the chunked kernel, whose
-# scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us). It has
+# scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us), or
+# takes the small-launch kernel when its masks allow nothing (_MID_REFUSED_KERNELS). It has
 # one layout, whatever the masks: the sparse plan's kernel was faster when they all allow everything
 # (1.56 against 1.79 us at 256 x 32k bf16), but a step whose sample misses its few constrained rows
 # took 9.8 us there against 2.6 (docs/benchmarks.md).
@@ -110,10 +112,27 @@ _FLAT_SPARSE_KERNELS = {
 # logits its mask word refuses. A 16-bit small-launch thread otherwise loads its logits together
 # with its mask word (a mixed vector then costs one memory latency, not two), and when nearly every
 # vector is refused those reads are wasted: these threads load only their mask words, store -inf
-# into refused vectors and scatter into mixed spans, as fp32 threads always do (so fp32 launches
-# have no refused plan). 1 token at 64 x 32k bf16: 2.42 against 2.54 us, xgrammar 2.45; at
+# into refused vectors and scatter into mixed spans, as fp32 threads always do (so fp32 small
+# launches have no refused plan). 1 token at 64 x 32k bf16: 2.42 against 2.54 us, xgrammar 2.45; at
 # 32 x 128k: 3.48 against 4.21; but 1.84 against 1.74 at 8 x 152k (docs/benchmarks.md).
 _FLAT_REFUSED_KERNELS = {"flat_f16_v8": "flat_f16_v8_scatter", "flat_bf16_v8": "flat_bf16_v8_scatter"}
+# Aligned fp32 launches above flat_max_bytes up to words_max_bytes whose sampled runs allow nothing
+# in at least a quarter of them (LaunchPlan.REFUSED: one token allowed, or rows of a batch that allow
+# nothing beside rows that allow everything) write whole vectors of -inf over much of the logits:
+# they take the small-launch kernel with two vectors per thread, many short threads, instead of the
+# chunked kernel's warps that each store a chunk (1 token at 16 x 152k: 3.66 against 4.20 us,
+# xgrammar 3.88; those mixed rows at 20 x 128k: 3.09 against 3.49, xgrammar 3.22). Masks whose runs
+# all allow something (a JSON string's) keep the chunked kernel, which loads a chunk's mask words at
+# once (32 x 128k: 3.81 against 4.01 us; docs/benchmarks.md). 16-bit small launches take their
+# refused plan only when nearly every run allows nothing (REFUSED_FROM): their dense plan reads a
+# vector with its mask word.
+_MID_REFUSED_KERNELS = {"mask_f32_v4": "flat_f32_v4_x2"}
+MID_REFUSED_FROM = 4
+_REFUSED_KERNELS = {**_FLAT_REFUSED_KERNELS, **_MID_REFUSED_KERNELS}
+_REFUSED_FROM = {
+    **dict.fromkeys(_FLAT_REFUSED_KERNELS, REFUSED_FROM),
+    **dict.fromkeys(_MID_REFUSED_KERNELS, MID_REFUSED_FROM),
+}
 # The mask_by_word builds, whose grid covers every chunk once whatever the plan or waves.
 _BY_WORD_KERNELS = frozenset({*_WORDS_KERNELS.values(), *_FLAT_SPARSE_KERNELS.values()})
 # Masks that make the kernel write (LaunchPlan.DENSE) take one warp per chunk. A launch of over
@@ -179,8 +198,9 @@ class LaunchPlan(enum.Enum):
     # (small launches) a warp per chunk that leaves after its mask words
     DENSE = DENSE  # the kernel writes: a warp per chunk, masks prefetched into L2, row groups; or
     # (small launches) a vector per thread
-    REFUSED = REFUSED  # (16-bit small launches) nearly every sampled run allows nothing: a vector
-    # per thread that never reads the logits its mask refuses (other launches take the dense plan)
+    REFUSED = REFUSED  # (16-bit small launches, mid-size aligned fp32 ones) nearly every sampled
+    # run allows nothing: a vector or two per thread, never reading the logits its mask refuses
+    # (other launches take the dense plan)
     PATCHY = PATCHY  # most sampled runs allow everything, not all: every constrained chunk its own
     # warp up to a size (patchy_launch), above it the sparse plan's kernels with a piece per warp
 
@@ -319,7 +339,8 @@ class CudaBitmaskApplier:
         per block of the chunked kernels, at most 256) and ``scatter16_max_bytes`` (the largest
         launch of 16-bit logits whose mixed vectors are scattered into; by default the size of the
         device's L2 cache), ``words_max_bytes`` (the largest 16-bit launch above
-        ``flat_max_bytes`` of one warp per chunk, every chunk at once), ``flat_per_thread``
+        ``flat_max_bytes`` of one warp per chunk, every chunk at once, and the largest aligned
+        fp32 one that takes the refused plan), ``flat_per_thread``
         (vectors per thread of the fp32 small-launch kernel, 1 or 2, instead of by launch
         size), ``group_mask_bytes`` (chunked launches whose masks exceed it run as dense-plan row
         groups whose masks fit, one launch each; None: never), ``plan`` (every chunked or small
@@ -354,11 +375,9 @@ class CudaBitmaskApplier:
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
         self._flat_max_bytes = flat_max_bytes
         self._words_max_bytes = words_max_bytes
+        self._mid_refused_rows = words_max_bytes // (vocab_size * 4)  # (fp32 launches above flat_max_bytes)
         l2_bytes = int(pycuda_device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
         self._scatter16_max_bytes = l2_bytes if scatter16_max_bytes is None else scatter16_max_bytes
-        self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
-        self._last_kernel = ""
-        self._last_rows = 0
         self._context.push()
         try:
             self._primary = self._driver.current_context()
@@ -395,6 +414,9 @@ class CudaBitmaskApplier:
         self._grids: dict[tuple[str, int, str | None], tuple[int, int, int]] = {}
         self._primary_threads: set[int] = set()
         self._row_base, self._row_stride = 0, 0  # uniform rows: base + row * stride; stride 0: the array
+        self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
+        self._last_kernel = ""
+        self._last_rows = 0
 
     def _load(self, cubin: bytes) -> dict[str, _void_p]:
         """Load the compiled module (kept: its functions live as long as it does); look its kernels up."""
@@ -507,6 +529,13 @@ class CudaBitmaskApplier:
                     self._cuda.Context.pop()
         return self._masks[:rows]
 
+    def launch_plan(self, logits: Sequence[torch.Tensor] | torch.Tensor) -> LaunchPlan | None:
+        """The plan ``apply(logits, ...)`` would lay its launch out by, from a sample of the masks now
+        in ``host_masks`` (None: that launch has one layout)."""
+        name, rows = self._set_pointers(logits, naive=False, check_only=True)
+        plan = self._plan(name, rows, naive=False) if rows else None
+        return None if plan is None else LaunchPlan(plan)
+
     # Launching --------------------------------------------------------------------------------
 
     def apply(self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, naive: bool = False) -> None:
@@ -552,14 +581,17 @@ class CudaBitmaskApplier:
 
     def _plan(self, name: str, rows: int, naive: bool) -> str | None:
         """The plan (LaunchPlan's value) a chunked or small launch takes, from a sample of this step's
-        masks (None for the other kernels; only 16-bit small launches take the refused plan)."""
+        masks (None for the other kernels; only 16-bit small launches and mid-size aligned fp32 ones
+        take the refused plan)."""
         if naive or name not in _PLANNED_KERNELS:
             return None
-        refusable = name in _FLAT_REFUSED_KERNELS
+        refused_from = _REFUSED_FROM.get(name)
+        if name in _MID_REFUSED_KERNELS and rows > self._mid_refused_rows:
+            refused_from = None  # (above the mid-size bound)
         forced = self._forced_plan
         if forced is not None:
-            return DENSE if forced == REFUSED and not refusable else forced
-        return self._probe.plan(rows, refusable)  # (_launch resolves PATCHY with patchy_launch)
+            return DENSE if forced == REFUSED and refused_from is None else forced
+        return self._probe.plan(rows, refused_from)  # (_launch resolves PATCHY with patchy_launch)
 
     def _enqueue(
         self, name: str, rows: int, stream_ptr: int, naive: bool, plan: str | None, *, capturing: bool = False
@@ -663,7 +695,7 @@ class CudaBitmaskApplier:
             elif name in _FLAT_SPARSE_KERNELS:
                 name = _FLAT_SPARSE_KERNELS[name]
         elif plan == REFUSED:
-            name = _FLAT_REFUSED_KERNELS[name]
+            name = _REFUSED_KERNELS[name]
         grouped = plan == DENSE and rows > self._group_rows and name in _CHUNKED_KERNELS
         grid = self._grids.get((name, rows, plan))
         if grid is None:  # (row groups: the grid of a full group)

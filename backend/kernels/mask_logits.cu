@@ -46,10 +46,6 @@
 //   LLGT_PREFETCH_ROWS: D > 0 makes the first block of row r prefetch row r + D's mask into L2,
 //                      one burst of reads per row instead of one small read per warp amid the stores
 //                      (LLGT_PREFETCH_EVICT_LAST=1: marked evict-last in L2);
-//   LLGT_FLAT_STREAM: 1 marks the small-launch kernels' vector stores evict-first, as the chunked
-//                      kernels' are (a screen: off);
-//   LLGT_FLAT_ROWS_FAST: 1 orders small-launch blocks rows first, consecutive blocks on consecutive
-//                      rows (a screen: off);
 //   LLGT_SCAN_PIECE_WORDS, LLGT_SCAN_PIECES: the sparse plan's kernel (scan_rows) checks mask words
 //                      in pieces of this many words (a multiple of 64), this many pieces at a time;
 #ifndef LLGT_PHASE_PIECES
@@ -87,17 +83,6 @@
 #endif
 #ifndef LLGT_FLAT_BOUNDS
 #define LLGT_FLAT_BOUNDS 256
-#endif
-#ifndef LLGT_FLAT_STREAM
-#define LLGT_FLAT_STREAM 0
-#endif
-#ifndef LLGT_FLAT_ROWS_FAST
-#define LLGT_FLAT_ROWS_FAST 0
-#endif
-#if LLGT_FLAT_STREAM
-#define LLGT_FLAT_STORE(p, v) __stcs((p), (v))
-#else
-#define LLGT_FLAT_STORE(p, v) (*(p) = (v))
 #endif
 #if LLGT_STREAM_STORES
 #define LLGT_STORE_VEC(p, v) __stcs((p), (v))
@@ -457,7 +442,7 @@ __device__ __forceinline__ void flat_scatter(T* __restrict__ logits, const uint3
             scatter_span<T, VEC>(logits, words[k], 0, 32 / VEC, f - lane * VEC, lane, vocab);  // word j: lane 32j/VEC
         } else if (f < vocab && bits == 0u) {
             const uint32_t p = NegInf<T>::pattern;
-            LLGT_FLAT_STORE(reinterpret_cast<uint4*>(logits + f), make_uint4(p, p, p, p));
+            *reinterpret_cast<uint4*>(logits + f) = make_uint4(p, p, p, p);
         }
     }
 }
@@ -494,7 +479,7 @@ __device__ __forceinline__ void flat_read(T* __restrict__ logits, const uint32_t
                 values[k] = *reinterpret_cast<const uint4*>(logits + f);
             }
 #endif
-            LLGT_FLAT_STORE(reinterpret_cast<uint4*>(logits + f), select_vector<T>(values[k], bits[k]));
+            *reinterpret_cast<uint4*>(logits + f) = select_vector<T>(values[k], bits[k]);
         } else {
             mask_tail(logits, f, bits[k], vocab);
         }
@@ -509,18 +494,10 @@ template <typename T, int VEC, bool SCATTER, int PER_THREAD>
 __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, long long row_stride,
                                           const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
                                           int vocab) {
-#if LLGT_FLAT_ROWS_FAST  // consecutive blocks on consecutive rows
-    const unsigned linear = blockIdx.y * gridDim.x + blockIdx.x;
-    const unsigned row = linear % gridDim.y;
-    const int first = ((linear / gridDim.y) * PER_THREAD * blockDim.x + threadIdx.x) * VEC;
-    T* __restrict__ logits = row_at(rows, base, row_stride, row);
-    const uint32_t* __restrict__ mask = masks + static_cast<size_t>(row) * mask_stride;
-#else
     const int first = (blockIdx.x * PER_THREAD * blockDim.x + threadIdx.x) * VEC;
+    const int step = blockDim.x * VEC;  // between a thread's vectors
     T* __restrict__ logits = row_of(rows, base, row_stride);
     const uint32_t* __restrict__ mask = masks + static_cast<size_t>(blockIdx.y) * mask_stride;
-#endif
-    const int step = blockDim.x * VEC;  // between a thread's vectors
     if constexpr (SCATTER && LLGT_FLAT_SCATTER) {
         flat_scatter<T, VEC, PER_THREAD>(logits, mask, mask_words, first, step, vocab);
     } else {

@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 SAMPLED_RUNS = 16  # of 64 tokens each
 SPARSE_FROM = 12  # sampled runs that must allow all their tokens for the sparse or the patchy plan
-REFUSED_FROM = 12  # sampled runs that must allow none of their tokens for the refused plan
+REFUSED_FROM = 12  # sampled runs that must allow none of their tokens for the refused plan (by default)
 # The plans a sample picks (the values of backend.kernels.cuda_masking.LaunchPlan; strings, whose
 # hashes Python caches, because a step looks its plan up in a dict of captured graphs).
 SPARSE, PATCHY, DENSE, REFUSED = "sparse", "patchy", "dense", "refused"
@@ -79,10 +79,10 @@ class MaskDensityProbe:
             for i in range(SAMPLED_RUNS)
         ]
 
-    def plan(self, rows: int, refusable: bool) -> str:
+    def plan(self, rows: int, refused_from: int | None) -> str:
         """``SPARSE`` when every sampled run allows all its tokens, ``PATCHY`` when at least
-        ``SPARSE_FROM`` do but not all; otherwise ``REFUSED`` when ``refusable`` and at least
-        ``REFUSED_FROM`` allow none; otherwise ``DENSE``."""
+        ``SPARSE_FROM`` do but not all; otherwise ``REFUSED`` when at least ``refused_from`` allow
+        none (None: the launch has no refused plan); otherwise ``DENSE``."""
         sampler = self._samplers.get(rows)
         if sampler is None:
             if rows * self._words_per_row < 2:  # not one whole run to sample
@@ -94,6 +94,6 @@ class MaskDensityProbe:
         allowing = runs.count(-1)
         if allowing >= SPARSE_FROM:
             return SPARSE if allowing == SAMPLED_RUNS else PATCHY
-        if refusable and runs.count(0) >= REFUSED_FROM:
+        if refused_from is not None and runs.count(0) >= refused_from:
             return REFUSED
         return DENSE

@@ -69,9 +69,11 @@ def appliers() -> dict[int, object]:
 # cases, each build named with its scatter16_max_bytes and launch plan: as launches that fit in L2
 # take it (16-bit mixed vectors scattered into), and as larger 16-bit launches take it (mixed vectors
 # read, selected and written back); with the plan a sample of the masks picks (sparse for "all",
-# dense for the others), and with each plan forced onto every kind of mask. The "words" build forces
-# the one-warp-per-chunk kernel of mid-size 16-bit launches onto them (fp32 and unaligned rows keep
-# the chunked kernel there). The "flat_x2" build gives the fp32 small-launch kernel two vectors per
+# dense for the others), and with each plan forced onto every kind of mask. The "words" build makes
+# every launch mid-size: 16-bit ones take the one-warp-per-chunk kernel, aligned fp32 ones the
+# chunked kernel, or the two-vector small-launch kernel when their masks allow (nearly) nothing,
+# unaligned ones the chunked kernel; "words_refused" forces that refused plan onto every kind of
+# mask (16-bit launches have one layout there). The "flat_x2" build gives the fp32 small-launch kernel two vectors per
 # thread; "flat_sparse", "flat_dense" and "flat_refused" force each plan onto the small launches (the
 # sparse one takes the one-warp-per-chunk kernel, of every dtype, which the default picks for "all";
 # the refused one never reads a refused logit, which the default picks for 16-bit "none" and "one";
@@ -124,7 +126,10 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
         for vocab in VOCABS
     }
     words = {
-        ("words", vocab): CudaBitmaskApplier(torch.device("cuda"), 16, vocab, flat_max_bytes=0, words_max_bytes=1 << 40)
+        (build, vocab): CudaBitmaskApplier(
+            torch.device("cuda"), 16, vocab, flat_max_bytes=0, words_max_bytes=1 << 40, plan=plan
+        )
+        for build, plan in (("words", None), ("words_refused", LaunchPlan.REFUSED))
         for vocab in VOCABS
     }
     flat = {
@@ -158,7 +163,7 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
 @pytest.mark.parametrize("vocab", VOCABS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", *FLAT_BUILDS, "grouped"])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", "words_refused", *FLAT_BUILDS, "grouped"])
 def test_kernel_matches_the_reference(
     builds: dict[tuple[str, int], object], vocab: int, dtype: torch.dtype, kind: str, build: str
 ) -> None:
@@ -248,15 +253,36 @@ def test_a_batch_with_a_few_constrained_rows_masks_like_the_reference(
     """The sample of such a batch's masks finds it patchy (most runs allow everything, some do not),
     and the launch it picks masks the constrained rows and leaves the others alone."""
     from backend.kernels.cuda_masking import CudaBitmaskApplier
-    from backend.kernels.mask_probe import PATCHY, MaskDensityProbe
+    from backend.kernels.mask_probe import PATCHY, REFUSED_FROM, MaskDensityProbe
 
     rows = 16
     applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, flat_max_bytes=(8 << 20) if small else 0)
     generator = torch.Generator().manual_seed(vocab)
     mask = torch.full((rows, (vocab + 31) // 32), -1, dtype=torch.int32)
     mask[[3, 11]] = masks("random", 2, vocab, generator)
-    assert MaskDensityProbe(mask.numpy().reshape(-1), mask.shape[1]).plan(rows, refusable=True) == PATCHY
+    assert MaskDensityProbe(mask.numpy().reshape(-1), mask.shape[1]).plan(rows, REFUSED_FROM) == PATCHY
     assert masks_like_the_reference(applier, mask, dtype, generator)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_mid_size_fp32_launch_whose_masks_allow_nothing_takes_the_two_vector_small_launch_kernel(kind: str) -> None:
+    """Over the small-launch size, under the mid-size one: masks that allow nothing or one token a
+    row take the refused plan, two vectors per small-launch thread; the others the chunked kernel
+    (sparse for "all", dense for "random"). Each masks as the reference does."""
+    from backend.kernels.cuda_masking import FLAT_MAX_BYTES, WORDS_MAX_BYTES, CudaBitmaskApplier
+
+    vocab, rows = 151936, 16
+    applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab)
+    assert FLAT_MAX_BYTES < rows * vocab * 4 <= WORDS_MAX_BYTES
+    generator = torch.Generator().manual_seed(6)
+    mask = masks(kind, rows, vocab, generator)
+    assert masks_like_the_reference(applier, mask, torch.float32, generator)
+    assert applier._last_kernel == "mask_f32_v4"  # (the chunked kernel's name, before the plan's)
+    plan = applier.launch_plan(torch.empty((rows, vocab), device="cuda"))
+    expected = {"none": "refused", "one": "refused", "all": "sparse", "random": "dense"}[kind]
+    assert plan is not None and plan.value == expected
+    launched = {grid_name for grid_name, _, _ in applier._grids}
+    assert ("flat_f32_v4_x2" in launched) == (plan.value == "refused")
 
 
 def test_the_one_vector_kernels_fit_a_wave_of_eight_blocks_per_sm(appliers: dict[int, object]) -> None:
@@ -318,7 +344,7 @@ def test_a_launch_whose_masks_exceed_the_prefetch_limit_runs_as_row_groups_that_
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", *FLAT_BUILDS, "grouped"])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", "words_refused", *FLAT_BUILDS, "grouped"])
 def test_strided_beam_views_leave_the_padding_alone(
     builds: dict[tuple[str, int], object], dtype: torch.dtype, build: str
 ) -> None:
@@ -336,7 +362,7 @@ def test_strided_beam_views_leave_the_padding_alone(
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", "grouped"])
+@pytest.mark.parametrize("build", ["default", *CHUNKED_BUILDS, "words", "words_refused", "grouped"])
 def test_per_request_tensors_on_a_side_stream(
     builds: dict[tuple[str, int], object], dtype: torch.dtype, build: str
 ) -> None:
@@ -362,10 +388,10 @@ def test_per_request_tensors_on_a_side_stream(
 
 
 # Graphs a six-step run captures, by dtype and rows (128k vocabulary: small launches but for 32 rows
-# of fp32, which take the chunked kernel). The steps whose masks allow everything (steps 1 and 5)
-# take the sparse plan, the others the dense one: a graph each. 16-bit small launches take the
-# refused plan for the steps that allow nothing or one token (steps 2 and 3): a third graph.
-REPLAY_GRAPHS = {(torch.float32, 6): 2, (torch.bfloat16, 6): 3, (torch.float32, 32): 2, (torch.bfloat16, 32): 3}
+# of fp32, a mid-size launch). The steps whose masks allow everything (steps 1 and 5) take the
+# sparse plan, the others the dense one: a graph each. 16-bit small launches and mid-size fp32 ones
+# take the refused plan for the steps that allow nothing or one token (steps 2 and 3): a third graph.
+REPLAY_GRAPHS = {(torch.float32, 6): 2, (torch.bfloat16, 6): 3, (torch.float32, 32): 3, (torch.bfloat16, 32): 3}
 
 
 @pytest.mark.parametrize(("dtype", "rows"), REPLAY_GRAPHS)
