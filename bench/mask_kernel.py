@@ -228,15 +228,15 @@ def floor_us(kind: str, batch: int, vocab: int, dtype: torch.dtype, bandwidth: f
     mask_bytes = batch * ((vocab + 31) // 32) * 4
     logits_bytes = batch * vocab * item
     refused_bytes = batch * (vocab // STRING_REFUSED_EVERY) * item  # (at most: a token may be drawn twice)
-    string_rows = mask_bytes + refused_bytes // batch * _tenth_rows(batch)  # (tenth and few)
+    string_rows_traffic = mask_bytes + refused_bytes // batch * _tenth_rows(batch)  # (tenth and few)
     traffic = {
         "all": mask_bytes,
         "one": mask_bytes + logits_bytes,
         "half": mask_bytes + 2 * logits_bytes,
         "mixed": mask_bytes + logits_bytes // 2,
         "string": mask_bytes + refused_bytes,
-        "tenth": string_rows,
-        "few": string_rows,
+        "tenth": string_rows_traffic,
+        "few": string_rows_traffic,
     }[kind]
     return traffic / bandwidth * 1e6
 
