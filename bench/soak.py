@@ -35,8 +35,8 @@ logger = logging.getLogger("bench.soak")
 HANG_TIMEOUT_S = 300.0  # a request still open after this long counts as hung (an error)
 
 
-def _rss_bytes(root: int) -> int:
-    """Resident memory of ``root`` and all its descendants (tritonserver, the python stub), from /proc."""
+def process_tree(root: int) -> set[int]:
+    """``root`` and all its descendants (tritonserver, the python stub), from /proc."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -52,8 +52,13 @@ def _rss_bytes(root: int) -> int:
             if parent in tree and pid not in tree:
                 tree.add(pid)
                 grew = True
+    return tree
+
+
+def _rss_bytes(root: int) -> int:
+    """Resident memory of ``root`` and all its descendants, from /proc."""
     total = 0
-    for pid in tree:
+    for pid in process_tree(root):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:

@@ -147,7 +147,12 @@ class EngineSettings(_Section):
     max_model_len: int | None = Field(
         None, ge=16, description="Context length: prompt plus completion tokens (default: the model's)."
     )
-    num_threads: int | None = Field(None, ge=1, description="CPU threads for torch (default: torch's).")
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        description="CPU threads for torch's operators (default on CPU: one per usable core but one, which "
+        "tritonserver, the proxy and the request threads keep; elsewhere, or with OMP_NUM_THREADS set: torch's).",
+    )
     kv_cache: Literal["auto", "slots", "growing"] = Field(
         "auto",
         description="torch engine: 'slots' preallocates max_batch_size x context tokens of KV cache and "
