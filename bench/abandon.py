@@ -32,7 +32,7 @@ import numpy as np
 import openai
 
 from bench.layers import quiet_logging, running_server
-from bench.soak import process_tree
+from bench.soak import tree_proc_files
 
 logger = logging.getLogger("bench.abandon")
 ABANDONED = 200
@@ -42,11 +42,7 @@ GIVE_UP_S = 0.5
 def _cpu_seconds(root: int) -> float:
     """User and system CPU seconds of ``root`` and its descendants so far, from /proc."""
     ticks = 0
-    for pid in process_tree(root):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
+    for stat in tree_proc_files(root, "stat"):
         fields = stat[stat.rindex(")") + 2 :].split()
         ticks += int(fields[11]) + int(fields[12])  # utime and stime (fields 14 and 15)
     return ticks / os.sysconf("SC_CLK_TCK")

@@ -20,7 +20,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,16 +55,23 @@ def process_tree(root: int) -> set[int]:
     return tree
 
 
-def _rss_bytes(root: int) -> int:
-    """Resident memory of ``root`` and all its descendants, from /proc."""
-    total = 0
+def tree_proc_files(root: int, name: str) -> Iterator[str]:
+    """``/proc/<pid>/<name>`` of ``root`` and of each descendant still running."""
     for pid in process_tree(root):
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
+            yield Path(f"/proc/{pid}/{name}").read_text()
         except OSError:
             continue
-        total += sum(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
-    return total
+
+
+def _rss_bytes(root: int) -> int:
+    """Resident memory of ``root`` and all its descendants, from /proc."""
+    return sum(
+        int(line.split()[1]) * 1024
+        for status in tree_proc_files(root, "status")
+        for line in status.splitlines()
+        if line.startswith("VmRSS:")
+    )
 
 
 async def _in_flight(base: str) -> float:
