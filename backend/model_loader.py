@@ -147,7 +147,7 @@ def load_model(settings: EngineSettings) -> LoadedModel:
     threads = torch_threads(settings)
     if threads is not None:
         torch.set_num_threads(threads)
-    logger.info("torch runs operators on %d CPU threads", torch.get_num_threads())
+    logger.info("CPU threads for torch's operators: %d", torch.get_num_threads())
     path = checkpoint_path(settings)
     logger.info("loading %s on %s", path, settings.device)
     try:
