@@ -27,11 +27,3 @@ def test_omp_num_threads_and_gpu_engines_keep_torchs_default(monkeypatch: pytest
     monkeypatch.setattr(model_loader, "usable_cores", lambda: 16)
     assert torch_threads(EngineSettings(device="cpu"), environ={"OMP_NUM_THREADS": "8"}) is None
     assert torch_threads(EngineSettings(device="cuda"), environ={}) is None
-
-
-def test_usable_cores_follows_the_affinity_mask() -> None:
-    import os
-
-    if not hasattr(os, "sched_getaffinity"):
-        pytest.skip("this platform has no CPU affinity mask")
-    assert model_loader.usable_cores() == len(os.sched_getaffinity(0))
