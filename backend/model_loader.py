@@ -131,10 +131,11 @@ def torch_threads(settings: EngineSettings, environ: Mapping[str, str] = os.envi
 
     A CPU engine shares the machine with tritonserver, the proxy and its own process's threads
     (requests arriving, responses leaving). With a thread on every core, each operator waits at its
-    barrier for whichever thread that other work descheduled: on 2 cores, 1.07-1.53x the tokens/s
-    at 4-8 clients with one thread, and a new request after 200 abandoned ones within 0.95 s instead
-    of up to 6.7 s (docs/benchmarks.md). None (torch's default) on other devices, and where
-    ``OMP_NUM_THREADS`` says how many.
+    barrier for whichever thread that other work descheduled. On 2 cores with another process busy,
+    one thread gave 1.07-1.53x the tokens/s at 4-8 clients, and a new request after 200 abandoned
+    ones took at most 1.1 s instead of up to 8.2 s; alone, 0.98-1.31x the tokens/s but up to 1.41x
+    the time to first token (docs/benchmarks.md). None (torch's default) on other devices, and
+    where ``OMP_NUM_THREADS`` says how many.
     """
     if settings.num_threads is not None:
         return settings.num_threads
