@@ -3,7 +3,9 @@
 Each round sends 200 chat requests (half of them streaming, 400 tokens each) whose clients give up
 after 0.5 s, then one new request (5 tokens), and records how long that one took and the CPU
 seconds the server's processes (proxy, tritonserver, the python stub) spent in the round. The
-scenario is ``tests/e2e/test_reliability.py``'s, whose new request must finish within 5 s.
+scenario is ``tests/e2e/test_reliability.py``'s (it calls ``abandon_requests``), whose new request
+must finish within 5 s; the test also forbids the end tokens, which this benchmark leaves allowed (no
+story ends within 0.5 s: every round counts 200 abandoned).
 
 ``--busy N`` runs N processes that spin on the CPU meanwhile: other work on the machine, as on a
 shared CI runner. ``--num-threads`` serves once per value with that ``--engine-num-threads``
@@ -60,26 +62,35 @@ def busy_processes(count: int) -> Iterator[None]:
             spinner.wait()
 
 
-async def _abandon(client: openai.AsyncOpenAI, model: str, index: int) -> bool:
-    """A request whose client gives up after GIVE_UP_S; True when it was abandoned."""
+async def _abandon(client: openai.AsyncOpenAI, model: str, index: int, bias: dict[str, int] | openai.Omit) -> bool:
+    """A request whose client gives up GIVE_UP_S after sending it, whatever has arrived by then;
+    True when it was abandoned.
+
+    The client's own timeout would not do: httpx applies it to each read, so a stream that keeps
+    receiving chunks never times out, and finishes once the other clients have left.
+    """
     messages: Any = [{"role": "user", "content": f"Tell me a very long story, number {index}."}]
     try:
         async with asyncio.timeout(GIVE_UP_S):
             if index % 2:
                 async for _ in await client.chat.completions.create(
-                    model=model, messages=messages, max_tokens=400, stream=True
+                    model=model, messages=messages, max_tokens=400, stream=True, logit_bias=bias
                 ):
                     pass
             else:
-                await client.chat.completions.create(model=model, messages=messages, max_tokens=400)
+                await client.chat.completions.create(model=model, messages=messages, max_tokens=400, logit_bias=bias)
     except TimeoutError:
         return True
     return False
 
 
-async def _round(base_url: str, model: str) -> int:
+async def abandon_requests(base_url: str, model: str, logit_bias: dict[str, int] | None = None) -> int:
+    """ABANDONED chat requests (every other one streaming, 400 tokens each) whose clients all give up
+    after GIVE_UP_S; returns how many were abandoned (a request may finish first). ``logit_bias``
+    can forbid the end tokens, so that no story ends early (the test does)."""
+    bias = logit_bias or openai.omit
     async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=30) as client:
-        outcomes = await asyncio.gather(*(_abandon(client, model, index) for index in range(ABANDONED)))
+        outcomes = await asyncio.gather(*(_abandon(client, model, index, bias) for index in range(ABANDONED)))
     return sum(outcomes)
 
 
@@ -90,7 +101,7 @@ def rounds(proxy_port: int, server_pid: int, count: int) -> list[dict[str, float
         model = client.models.list().data[0].id
         for _ in range(count):
             cpu_before = _cpu_seconds(server_pid)
-            abandoned = asyncio.run(_round(base_url, model))
+            abandoned = asyncio.run(abandon_requests(base_url, model))
             started = time.perf_counter()
             client.chat.completions.create(
                 model=model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=5, temperature=0
