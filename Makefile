@@ -38,18 +38,23 @@ e2e: $(STAMP)
 test: lint typecheck
 	$(BIN)/pytest -m "not gpu"
 
-# Wheels and sources the GPU machine lacks (it has no network), for bench/gpu_kernel.sh.
+# Wheels and sources the GPU machine lacks (it has no network), for bench/gpu_kernel.sh. pydantic and
+# pydantic-core are pinned to the venv's: unpinned, --no-deps takes the newest pydantic-core with a
+# wheel for these tags (once a 0.0.1 stub).
 device-carry:
 	mkdir -p device_carry/wheels
 	$(BIN)/pip download --no-deps --no-build-isolation --no-binary :all: -d device_carry/wheels pycuda==2026.1
 	$(BIN)/pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
-		--platform manylinux_2_28_x86_64 --platform manylinux_2_31_x86_64 -d device_carry/wheels \
+		--platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_31_x86_64 \
+		-d device_carry/wheels \
 		pytools platformdirs mako markupsafe siphash24 typing_extensions pytest pluggy iniconfig packaging \
-		xgrammar==0.2.8 llguidance==1.9.1 pydantic pydantic-core annotated-types typing-inspection
+		xgrammar==0.2.8 llguidance==1.9.1 annotated-types typing-inspection \
+		$$($(BIN)/python -c "import pydantic, pydantic_core as c; print(f'pydantic=={pydantic.VERSION} pydantic-core=={c.__version__}')")
 	mkdir -p device_carry/model
 	cp -r ../shared/data/jsonschemabench device_carry/
 	$(BIN)/python -c "from backend.model_loader import checkpoint_path; from llgtriton.settings import EngineSettings; print(checkpoint_path(EngineSettings()))" \
-		| xargs -I{} cp {}/config.json {}/tokenizer.json {}/tokenizer_config.json {}/generation_config.json device_carry/model/
+		| xargs -I{} cp {}/config.json {}/tokenizer.json {}/tokenizer_config.json {}/generation_config.json \
+		{}/chat_template.jinja device_carry/model/
 
 # tritonserver, numpy 1.26 and the proxy's wheels for the GPU machine (bench/gpu_replicas.sh).
 device-carry-triton: $(STAMP)
