@@ -21,6 +21,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from backend.cpu_cores import usable_cores
 from backend.errors import BackendError
 from llgtriton.settings import EMBEDDED_MODEL, EngineSettings
 
@@ -120,14 +121,9 @@ def eos_token_ids(configured: object, tokenizer: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, as OpenMP counts them)."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
-
-
 def torch_threads(settings: EngineSettings, environ: Mapping[str, str] = os.environ) -> int | None:
-    """Threads for torch's operators: ``num_threads``; else, on CPU, one per usable core but one.
+    """Threads for torch's operators: ``num_threads``; else, on CPU, one per usable core but one
+    (the affinity's cores, at most the cgroup's CPU quota: ``backend.cpu_cores``).
 
     A CPU engine shares the machine with tritonserver, the proxy and its own process's threads
     (requests arriving, responses leaving). With a thread on every core, each operator waits at its

@@ -151,7 +151,8 @@ class EngineSettings(_Section):
         None,
         ge=1,
         description="CPU threads for torch's operators (default on CPU: one per usable core but one, which "
-        "tritonserver, the proxy and the request threads keep; elsewhere, or with OMP_NUM_THREADS set: torch's).",
+        "tritonserver, the proxy and the request threads keep; usable: in the CPU affinity and within the "
+        "cgroup's CPU quota, e.g. docker --cpus; elsewhere, or with OMP_NUM_THREADS set: torch's).",
     )
     kv_cache: Literal["auto", "slots", "growing"] = Field(
         "auto",
