@@ -412,9 +412,10 @@ def parse_variant(text: str) -> Variant:
     GROUP_MIB: chunked launches whose masks exceed it run as row groups whose masks fit, one launch
     each; 0: one launch whatever the masks' size; PLAN: dense, sparse, patchy or refused, every
     chunked or small launch laid out so instead of by a sample of its masks; launches that have no
-    refused plan (fp32 small ones, unaligned ones, and all above the mid-size bound) take dense for
-    it; FLAT_THREADS: threads per block of the small-launch kernels, a multiple of 32 up to
-    their build's bound: 256, or LLGT_FLAT_BOUNDS among the DEFINEs; SCAN_PIECES: pieces of mask
+    refused plan (fp32 small ones but those of two vectors per thread whose one-vector grid takes 1 to
+    1.5 waves, unaligned ones, and all above the mid-size bound) take dense for it; FLAT_THREADS:
+    threads per block of the small-launch kernels, a multiple of 32 up to their build's bound: 256,
+    or LLGT_FLAT_BOUNDS among the DEFINEs; SCAN_PIECES: pieces of mask
     words each warp of the sparse plan's kernel takes before its grid grows, up to all the blocks the
     SMs hold)."""
     label, waves, *rest = text.split(":")

@@ -18,7 +18,7 @@ on its own stream objects while the engine hands us a raw ``stream_ptr``:
   allow everything (the kernel only reads the masks) from steps that mostly do (a few rows
   constrained: every constrained chunk gets its own warp), from steps that make the kernel write
   and, for 16-bit small launches, from steps that allow almost nothing (no thread reads a logit
-  it refuses) (``LaunchPlan``);
+  it refuses; some fp32 ones take one vector per thread instead of two) (``LaunchPlan``);
 - the device's primary context (the one torch and TensorRT-LLM use) is made current on the
   calling thread when it is not already.
 """
@@ -116,6 +116,17 @@ _FLAT_SPARSE_KERNELS = {
 # launches have no refused plan). 1 token at 64 x 32k bf16: 2.42 against 2.54 us, xgrammar 2.45; at
 # 32 x 128k: 3.48 against 4.21; but 1.84 against 1.74 at 8 x 152k (docs/benchmarks.md).
 _FLAT_REFUSED_KERNELS = {"flat_f16_v8": "flat_f16_v8_scatter", "flat_bf16_v8": "flat_bf16_v8_scatter"}
+# fp32 small launches of two vectors per thread whose one-vector grid would take more than one wave of
+# blocks and at most _FLAT_ONE_REFUSED_WAVES, when nearly every sampled run allows nothing: one vector
+# per thread. Then every thread stores a whole vector of -inf, and the one-vector grid's small blocks
+# spread that over the SMs more evenly than two-vector blocks filling 0.5-0.75 of a wave (4 or 5
+# blocks on an SM). 1 token at 8 x 152k: 2.50 against 2.63 us (xgrammar 2.52); 10 x 128k: 2.53
+# against 2.71 (2.63); 40 x 32k: 2.53 against 2.74 (2.69). Below one wave two vectors win (1 token
+# at 32 x 32k: 2.11 against 2.44), above the band too (12 x 152k, 1.69 waves: 3.01 against 3.23),
+# and so do JSON-string masks in the band, the dense plan (8 x 152k: 2.02 against 2.22;
+# docs/benchmarks.md, "fp32 small launches just over a wave").
+_FLAT_ONE_REFUSED_KERNELS = {"flat_f32_v4_x2": "flat_f32_v4"}
+_FLAT_ONE_REFUSED_WAVES = 1.5
 # Aligned fp32 launches above flat_max_bytes up to words_max_bytes whose sampled runs allow nothing
 # in at least a quarter of them (LaunchPlan.REFUSED: one token allowed, or rows of a batch that allow
 # nothing beside rows that allow everything) write whole vectors of -inf over much of the logits:
@@ -128,9 +139,10 @@ _FLAT_REFUSED_KERNELS = {"flat_f16_v8": "flat_f16_v8_scatter", "flat_bf16_v8": "
 # vector with its mask word.
 _MID_REFUSED_KERNELS = {"mask_f32_v4": "flat_f32_v4_x2"}
 MID_REFUSED_FROM = 4
-_REFUSED_KERNELS = {**_FLAT_REFUSED_KERNELS, **_MID_REFUSED_KERNELS}
+_REFUSED_KERNELS = {**_FLAT_REFUSED_KERNELS, **_FLAT_ONE_REFUSED_KERNELS, **_MID_REFUSED_KERNELS}
 _REFUSED_FROM = {
     **dict.fromkeys(_FLAT_REFUSED_KERNELS, REFUSED_FROM),
+    **dict.fromkeys(_FLAT_ONE_REFUSED_KERNELS, REFUSED_FROM),
     **dict.fromkeys(_MID_REFUSED_KERNELS, MID_REFUSED_FROM),
 }
 # The mask_by_word builds, whose grid covers every chunk once whatever the plan or waves.
@@ -198,9 +210,9 @@ class LaunchPlan(enum.Enum):
     # (small launches) a warp per chunk that leaves after its mask words
     DENSE = DENSE  # the kernel writes: a warp per chunk, masks prefetched into L2, row groups; or
     # (small launches) a vector per thread
-    REFUSED = REFUSED  # (16-bit small launches, mid-size aligned fp32 ones) nearly every sampled
-    # run allows nothing: a vector or two per thread, never reading the logits its mask refuses
-    # (other launches take the dense plan)
+    REFUSED = REFUSED  # (16-bit small launches, mid-size aligned fp32 ones, fp32 small ones of two
+    # vectors per thread in a band of sizes) nearly every sampled run allows nothing: a vector or two
+    # per thread, never reading the logits its mask refuses (other launches take the dense plan)
     PATCHY = PATCHY  # most sampled runs allow everything, not all: every constrained chunk its own
     # warp up to a size (patchy_launch), above it the sparse plan's kernels with a piece per warp
 
@@ -375,7 +387,18 @@ class CudaBitmaskApplier:
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
         self._flat_max_bytes = flat_max_bytes
         self._words_max_bytes = words_max_bytes
-        self._mid_refused_rows = words_max_bytes // (vocab_size * 4)  # (fp32 launches above flat_max_bytes)
+        # Rows (above the first, up to the second) of the launches of these kernels that have a refused plan:
+        # mid-size fp32 launches up to the mid-size bound; fp32 two-vector small launches whose
+        # one-vector grid takes one wave to _FLAT_ONE_REFUSED_WAVES (not when flat_per_thread is forced).
+        one_refused = (
+            (self._flat_rows_within("flat_f32_v4", 1.0), self._flat_rows_within("flat_f32_v4", _FLAT_ONE_REFUSED_WAVES))
+            if flat_per_thread is None
+            else (0, 0)
+        )
+        self._refused_rows = {
+            **dict.fromkeys(_MID_REFUSED_KERNELS, (0, words_max_bytes // (vocab_size * 4))),
+            **dict.fromkeys(_FLAT_ONE_REFUSED_KERNELS, one_refused),
+        }
         l2_bytes = int(pycuda_device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
         self._scatter16_max_bytes = l2_bytes if scatter16_max_bytes is None else scatter16_max_bytes
         self._context.push()
@@ -581,13 +604,14 @@ class CudaBitmaskApplier:
 
     def _plan(self, name: str, rows: int, naive: bool) -> str | None:
         """The plan (LaunchPlan's value) a chunked or small launch takes, from a sample of this step's
-        masks (None for the other kernels; only 16-bit small launches and mid-size aligned fp32 ones
-        take the refused plan)."""
+        masks (None for the other kernels; only 16-bit small launches, fp32 ones of two vectors per
+        thread in a band of sizes, and mid-size aligned fp32 ones take the refused plan)."""
         if naive or name not in _PLANNED_KERNELS:
             return None
         refused_from = _REFUSED_FROM.get(name)
-        if name in _MID_REFUSED_KERNELS and rows > self._mid_refused_rows:
-            refused_from = None  # (above the mid-size bound)
+        bounds = self._refused_rows.get(name)
+        if bounds is not None and not bounds[0] < rows <= bounds[1]:
+            refused_from = None  # (outside the sizes that have a refused plan)
         forced = self._forced_plan
         if forced is not None:
             return DENSE if forced == REFUSED and refused_from is None else forced

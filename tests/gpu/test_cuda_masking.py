@@ -285,6 +285,30 @@ def test_a_mid_size_fp32_launch_whose_masks_allow_nothing_takes_the_two_vector_s
     assert ("flat_f32_v4_x2" in launched) == (plan.value == "refused")
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_fp32_small_launches_just_over_a_wave_of_one_vector_blocks_take_one_vector_when_masks_allow_nothing(
+    kind: str,
+) -> None:
+    """fp32 small launches whose one-vector grid takes one to 1.5 waves: masks that allow nothing or
+    one token a row take the refused plan, one vector per thread; the others two ("random", dense)
+    or the one-warp-per-chunk kernel ("all", sparse). Just under a wave and past 1.5 waves, masks
+    that allow nothing take two vectors too. Each launch masks as the reference does."""
+    from backend.kernels.cuda_masking import FLAT_MAX_BYTES, CudaBitmaskApplier
+
+    vocab = 151936
+    probe = CudaBitmaskApplier(torch.device("cuda"), 1, vocab)
+    one_wave, band_end = probe._flat_rows_within("flat_f32_v4", 1.0), probe._flat_rows_within("flat_f32_v4", 1.5)
+    assert 0 < one_wave < band_end and (band_end + 1) * vocab * 4 <= FLAT_MAX_BYTES
+    outside = "words_f32" if kind == "all" else "flat_f32_v4_x2"
+    inside = {"none": "flat_f32_v4", "one": "flat_f32_v4"}.get(kind, outside)
+    for rows, kernel in ((one_wave, outside), (one_wave + 1, inside), (band_end + 1, outside)):
+        applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab)
+        generator = torch.Generator().manual_seed(rows)
+        assert masks_like_the_reference(applier, masks(kind, rows, vocab, generator), torch.float32, generator)
+        launched = {grid_name for grid_name, _, _ in applier._grids}
+        assert launched == {kernel}, (rows, launched)
+
+
 def test_the_one_vector_kernels_fit_a_wave_of_eight_blocks_per_sm(appliers: dict[int, object]) -> None:
     """The choice of two vectors per thread counts 8 blocks of 256 threads per SM: 32 registers at most."""
     registers = appliers[32001].registers()  # type: ignore[attr-defined]
