@@ -140,11 +140,6 @@ _FLAT_ONE_REFUSED_WAVES = 1.5
 _MID_REFUSED_KERNELS = {"mask_f32_v4": "flat_f32_v4_x2"}
 MID_REFUSED_FROM = 4
 _REFUSED_KERNELS = {**_FLAT_REFUSED_KERNELS, **_FLAT_ONE_REFUSED_KERNELS, **_MID_REFUSED_KERNELS}
-_REFUSED_FROM = {
-    **dict.fromkeys(_FLAT_REFUSED_KERNELS, REFUSED_FROM),
-    **dict.fromkeys(_FLAT_ONE_REFUSED_KERNELS, REFUSED_FROM),
-    **dict.fromkeys(_MID_REFUSED_KERNELS, MID_REFUSED_FROM),
-}
 # The mask_by_word builds, whose grid covers every chunk once whatever the plan or waves.
 _BY_WORD_KERNELS = frozenset({*_WORDS_KERNELS.values(), *_FLAT_SPARSE_KERNELS.values()})
 # Masks that make the kernel write (LaunchPlan.DENSE) take one warp per chunk. A launch of over
@@ -387,17 +382,20 @@ class CudaBitmaskApplier:
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
         self._flat_max_bytes = flat_max_bytes
         self._words_max_bytes = words_max_bytes
-        # Rows (above the first, up to the second) of the launches of these kernels that have a refused plan:
-        # mid-size fp32 launches up to the mid-size bound; fp32 two-vector small launches whose
-        # one-vector grid takes one wave to _FLAT_ONE_REFUSED_WAVES (not when flat_per_thread is forced).
+        # The kernels whose launches have a refused plan: (sampled runs that must allow nothing, and
+        # the rows, above the first and up to the second, of the launches that have it). 16-bit small
+        # launches of any size; fp32 two-vector small ones whose one-vector grid takes one wave to
+        # _FLAT_ONE_REFUSED_WAVES (none when flat_per_thread is forced); mid-size fp32 ones up to the
+        # mid-size bound.
         one_refused = (
             (self._flat_rows_within("flat_f32_v4", 1.0), self._flat_rows_within("flat_f32_v4", _FLAT_ONE_REFUSED_WAVES))
             if flat_per_thread is None
             else (0, 0)
         )
-        self._refused_rows = {
-            **dict.fromkeys(_MID_REFUSED_KERNELS, (0, words_max_bytes // (vocab_size * 4))),
-            **dict.fromkeys(_FLAT_ONE_REFUSED_KERNELS, one_refused),
+        self._refusals: dict[str, tuple[int, int, int]] = {
+            **dict.fromkeys(_FLAT_REFUSED_KERNELS, (REFUSED_FROM, 0, sys.maxsize)),
+            **dict.fromkeys(_FLAT_ONE_REFUSED_KERNELS, (REFUSED_FROM, *one_refused)),
+            **dict.fromkeys(_MID_REFUSED_KERNELS, (MID_REFUSED_FROM, 0, words_max_bytes // (vocab_size * 4))),
         }
         l2_bytes = int(pycuda_device.get_attribute(cuda.device_attribute.L2_CACHE_SIZE))
         self._scatter16_max_bytes = l2_bytes if scatter16_max_bytes is None else scatter16_max_bytes
@@ -608,10 +606,8 @@ class CudaBitmaskApplier:
         thread in a band of sizes, and mid-size aligned fp32 ones take the refused plan)."""
         if naive or name not in _PLANNED_KERNELS:
             return None
-        refused_from = _REFUSED_FROM.get(name)
-        bounds = self._refused_rows.get(name)
-        if bounds is not None and not bounds[0] < rows <= bounds[1]:
-            refused_from = None  # (outside the sizes that have a refused plan)
+        refusal = self._refusals.get(name)  # (None, or a size outside its rows: no refused plan)
+        refused_from = refusal[0] if refusal is not None and refusal[1] < rows <= refusal[2] else None
         forced = self._forced_plan
         if forced is not None:
             return DENSE if forced == REFUSED and refused_from is None else forced
