@@ -24,6 +24,7 @@ import functools
 import importlib.util
 import json
 import logging
+import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -507,7 +508,28 @@ def main(argv: Sequence[str] | None = None) -> None:
                     results.append(row)
                     logger.info("%s", json.dumps(row))
                 del logits
-    write_report(arguments.out / f"{arguments.name}.json", {"device": name, "bandwidth": bandwidth, "results": results})
+    report = {"device": name, "host_cpu": host_cpu(), "bandwidth": bandwidth, "results": results}
+    write_report(arguments.out / f"{arguments.name}.json", report)
+
+
+def host_cpu() -> str:
+    """The host's CPU (host times follow it more than the GPU), as /proc/cpuinfo names it, with its
+    family and model numbers, which a virtual machine's generic name ("Intel(R) Xeon(R) Processor")
+    leaves out."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or "unknown"
+    fields: dict[str, str] = {}
+    for line in lines:
+        if not line.strip():
+            break  # the first processor's fields are enough
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    name = fields.get("model name") or platform.processor() or "unknown"
+    if "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:

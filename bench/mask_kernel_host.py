@@ -4,6 +4,8 @@ Host figures are medians over repeated calls of one call's host time (perf_count
 the GPU idle: synchronised before each call, as ``bench.mask_kernel`` times it). The parts are
 timed in turn within each repeat, so the machine's drift touches them alike. The parts:
 
+- ``python``: summing 256 small ints in the interpreter, no call out of it: how fast this host runs
+  Python, to tell a slow host from a slow driver;
 - ``ctypes``: a trivial driver call through ctypes (cuCtxGetCurrent): the floor of any call;
 - ``pointers``: the applier's check that the logits tensor is last step's (its pointers in place);
 - ``graph``: cuGraphLaunch of the step's captured graph (copy, event, kernel) alone;
@@ -31,7 +33,7 @@ from typing import Any
 import torch
 
 from backend.kernels.cuda_masking import _CU_EVENT_RECORD_EXTERNAL, CudaBitmaskApplier
-from bench.mask_kernel import DTYPES, load_module, make_masks, write_report
+from bench.mask_kernel import DTYPES, host_cpu, load_module, make_masks, write_report
 
 logger = logging.getLogger("bench.mask_kernel_host")
 
@@ -93,6 +95,7 @@ def measure(
     }
     holder = ctypes.c_void_p()
     parts: dict[str, Callable[[], object]] = {
+        "python": functools.partial(sum, range(256)),
         "ctypes": functools.partial(lib.cuCtxGetCurrent, ctypes.byref(holder)),
         "pointers": functools.partial(ours._set_pointers, logits, False),
         "graph": functools.partial(lib.cuGraphLaunch, step_graph(ours, logits), stream_ptr),
@@ -136,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 row.update(measure(applier, logits, masks, xgrammar_op, arguments.repeats))
                 results.append(row)
                 logger.info("%s", json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}))
-    report = {"device": torch.cuda.get_device_name(device), "results": results}
+    report = {"device": torch.cuda.get_device_name(device), "host_cpu": host_cpu(), "results": results}
     write_report(arguments.out / f"{arguments.name}.json", report)
 
 

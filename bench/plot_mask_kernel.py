@@ -95,6 +95,11 @@ def _floor_in_turn(large: list[dict[str, Any]]) -> str:
     )
 
 
+def _host_cpu(report: dict[str, Any]) -> str:
+    """The host's CPU, where the report names it (reports before it was recorded do not)."""
+    return f" (host CPU: {report['host_cpu']})" if "host_cpu" in report else ""
+
+
 def _host_cell(row: dict[str, Any]) -> str:
     idle = f"{row['host_us']:.1f} / {row['xgrammar_cuda_host_us']:.1f}"
     if "host_busy_us" not in row or "xgrammar_cuda_host_busy_us" not in row:
@@ -124,7 +129,8 @@ def markdown(report: dict[str, Any]) -> str:
         f" {statistics.median(r['host_us'] for r in rows):.1f}, as three driver calls"
         f" {statistics.median(r['host_calls_us'] for r in rows):.1f}; xgrammar's op alone"
         f" {statistics.median(r['xgrammar_cuda_host_us'] for r in rows):.1f}; xgrammar's op with its mask copy"
-        f" {statistics.median(r['xgrammar_cuda_copy_host_us'] for r in rows):.1f}",
+        f" {statistics.median(r['xgrammar_cuda_copy_host_us'] for r in rows):.1f}"
+        f"{_host_cpu(report)}",
         *_planned_host_line(rows),
         "- host µs per step with one tensor per request (as the engines pass rows), median by batch: "
         + ", ".join(

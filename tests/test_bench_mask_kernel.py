@@ -203,3 +203,13 @@ def test_the_floor_ratio_in_turn_with_xgrammar_prints_beside_the_one_timed_alone
     summary = markdown(report | {"results": [row]})
     assert "ours / nominal floor 1.10-1.10;" in summary
     assert "ours timed in turn with xgrammar's kernel / nominal floor 1.16-1.16)" in summary
+
+
+def test_the_host_cpu_prints_beside_the_host_times_when_the_report_names_it() -> None:
+    """Host times follow the host's CPU, so a report that names it says so beside them; reports from
+    before it was recorded render as they did."""
+    report = h100_report()
+    assert "host CPU" not in markdown(report)
+    summary = markdown(report | {"host_cpu": "Example CPU 9000"})
+    host_line = next(line for line in summary.splitlines() if line.startswith("- host µs per step with the GPU idle"))
+    assert host_line.endswith("(host CPU: Example CPU 9000)")
