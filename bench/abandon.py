@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import subprocess
@@ -34,6 +33,7 @@ import numpy as np
 import openai
 
 from bench.layers import quiet_logging, running_server
+from bench.reports import write_report
 from bench.soak import tree_proc_files
 
 logger = logging.getLogger("bench.abandon")
@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "rounds": results,
         }
         logger.info("threads %s: %s", threads, {k: v for k, v in report[f"threads_{threads}"].items() if k != "rounds"})
-    (arguments.out / f"{arguments.name}.json").write_text(json.dumps(report, indent=2))
+    write_report(arguments.out / f"{arguments.name}.json", report)
 
 
 if __name__ == "__main__":

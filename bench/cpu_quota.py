@@ -34,6 +34,7 @@ from backend.cpu_cores import CgroupMount, cgroup_cpu_limit, cpu_mounts, usable_
 from backend.model_loader import torch_threads
 from backend.service import GenerationService
 from bench.layers import closed_loop, engine_settings, layer_requests, quiet_logging, served_model, via_engine
+from bench.reports import write_report
 
 logger = logging.getLogger("bench.cpu_quota")
 PERIOD_US = 100_000
@@ -174,10 +175,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "runs": runs,
         "tokens_per_s_quota_over_affinity": summary(runs),
     }
-    arguments.out.mkdir(parents=True, exist_ok=True)
-    path = arguments.out / f"{arguments.name}.json"
-    path.write_text(json.dumps(report, indent=2))
-    logger.info("report: %s", path)
+    write_report(arguments.out / f"{arguments.name}.json", report)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from llguidance import LLMatcher, LLTokenizer
 
+from bench.reports import write_report
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
 
 logger = logging.getLogger("bench.jsonschemabench")
@@ -227,14 +228,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 arguments.server, compiled[::step][: arguments.sample], arguments.concurrency, arguments.max_tokens
             )
         )
-    arguments.out.mkdir(parents=True, exist_ok=True)
-    path = arguments.out / ("jsonschemabench_generation.json" if arguments.server else "jsonschemabench.json")
-    path.write_text(json.dumps(report, indent=2))
+    name = "jsonschemabench_generation.json" if arguments.server else "jsonschemabench.json"
+    write_report(arguments.out / name, report)
     summary = {k: v for k, v in report["conformance"].items() if k not in ("not_compiled", "disagreements")}
     logger.info("%s", json.dumps(summary, indent=2))
     if "generation" in report:
         logger.info("%s", json.dumps({k: v for k, v in report["generation"].items() if k != "outcomes"}, indent=2))
-    logger.info("report: %s", path)
 
 
 if __name__ == "__main__":

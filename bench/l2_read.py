@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from bench.mask_kernel import gpu_time_us, host_cpu, write_report
+from bench.mask_kernel import gpu_time_us
+from bench.reports import host_cpu, write_report
 
 logger = logging.getLogger("bench.l2_read")
 

@@ -49,6 +49,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from backend.service import GenerationService
+from bench.reports import write_report
 from bench.tbt_overhead import random_checkpoint
 from llgtriton import wire
 from llgtriton.settings import EngineSettings
@@ -550,9 +551,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "date": time.strftime("%Y-%m-%d"),
         "results": results,
     }
-    path = arguments.out / f"{arguments.name}.json"
-    path.write_text(json.dumps(report, indent=2))
-    logger.info("report: %s", path)
+    write_report(arguments.out / f"{arguments.name}.json", report)
 
 
 if __name__ == "__main__":

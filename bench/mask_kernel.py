@@ -24,7 +24,6 @@ import functools
 import importlib.util
 import json
 import logging
-import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +46,7 @@ from backend.kernels.cuda_masking import (
     LaunchPlan,
 )
 from backend.masking import apply_token_bitmask_cpu
+from bench.reports import host_cpu, write_report
 
 logger = logging.getLogger("bench.mask_kernel")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -510,33 +510,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                 del logits
     report = {"device": name, "host_cpu": host_cpu(), "bandwidth": bandwidth, "results": results}
     write_report(arguments.out / f"{arguments.name}.json", report)
-
-
-def host_cpu() -> str:
-    """The host's CPU (host times follow it more than the GPU), as /proc/cpuinfo names it, with its
-    family and model numbers, which a virtual machine's generic name ("Intel(R) Xeon(R) Processor")
-    leaves out."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or "unknown"
-    fields: dict[str, str] = {}
-    for line in lines:
-        if not line.strip():
-            break  # the first processor's fields are enough
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    name = fields.get("model name") or platform.processor() or "unknown"
-    if "cpu family" in fields and "model" in fields:
-        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
-    return name
-
-
-def write_report(path: Path, report: dict[str, Any]) -> None:
-    """Write a benchmark's report as JSON (its folder made if need be) and say where."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
-    logger.info("report: %s", path)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ from typing import Any
 import torch
 
 from backend.kernels.cuda_masking import _CU_EVENT_RECORD_EXTERNAL, CudaBitmaskApplier
-from bench.mask_kernel import DTYPES, host_cpu, load_module, make_masks, write_report
+from bench.mask_kernel import DTYPES, load_module, make_masks
+from bench.reports import host_cpu, write_report
 
 logger = logging.getLogger("bench.mask_kernel_host")
 

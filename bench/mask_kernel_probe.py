@@ -33,8 +33,8 @@ from bench.mask_kernel import (
     gpu_time_us,
     make_masks,
     parse_variant,
-    write_report,
 )
+from bench.reports import write_report
 
 logger = logging.getLogger("bench.mask_kernel_probe")
 

@@ -30,6 +30,7 @@ import httpx
 
 from bench.layers import ROOT, _free_port, quiet_logging, start_llgtriton, stop_llgtriton, wait_until_ready
 from bench.raw_http import RawSsePool
+from bench.reports import write_report
 from llgtriton import wire
 from llgtriton.settings import ProxySettings
 from proxy.triton_client import TritonGenerationClient
@@ -235,9 +236,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logger.info(
         "%-48s %6.2f ms", "straight to Triton: first response", report["straight_to_triton_first_response_ms_p50"]
     )
-    path = arguments.out / f"{arguments.name}.json"
-    path.write_text(json.dumps(report, indent=2))
-    logger.info("report: %s", path)
+    write_report(arguments.out / f"{arguments.name}.json", report)
 
 
 if __name__ == "__main__":

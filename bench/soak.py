@@ -30,6 +30,7 @@ import numpy as np
 import openai
 
 from bench.layers import SCHEMA, quiet_logging, running_server
+from bench.reports import write_report
 
 logger = logging.getLogger("bench.soak")
 HANG_TIMEOUT_S = 300.0  # a request still open after this long counts as hung (an error)
@@ -217,8 +218,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     arguments.out.mkdir(parents=True, exist_ok=True)
     with running_server(arguments.out, "soak") as server:
         report = asyncio.run(run(arguments, server.proxy_port, server.pid))
-    path = arguments.out / "soak_cpu.json"
-    path.write_text(json.dumps(report, indent=2))
+    write_report(arguments.out / "soak_cpu.json", report)
     logger.info("%s", json.dumps(report, indent=2))
     if report["lost"] or report["outcomes"].get("hung") or report["outcomes"].get("invalid_constrained_output"):
         raise SystemExit("requests were lost, hung or broke their schema")

@@ -38,6 +38,7 @@ from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
 from backend.service import torch_engine
 from bench.jsonschemabench import DEFAULT_DATA, load_schemas
+from bench.reports import write_report
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import ChatMessage, GenerationOutput
@@ -395,9 +396,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     arguments.out.mkdir(parents=True, exist_ok=True)
     threads = f"_threads{arguments.mask_threads}" if arguments.mask_threads else ""
     default_name = f"tbt_overhead_{arguments.device.replace(':', '')}{threads}"
-    path = arguments.out / f"{arguments.name or default_name}.json"
-    path.write_text(json.dumps(report, indent=2))
-    logger.info("report: %s", path)
+    write_report(arguments.out / f"{arguments.name or default_name}.json", report)
 
 
 def random_checkpoint(source: Path, shape: str | None, target: Path) -> None:
