@@ -37,7 +37,7 @@ import torch
 from transformers import PreTrainedModel
 
 from backend.engine import current_stream_ptr
-from backend.torch_engine import cache_layers, forward_left_padded, prefill_in_batches
+from backend.torch_engine import cache_layers, forward_left_padded, output_cache, prefill_in_batches
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class SlotEngine:
 
     def _prefill_batch(self, seq_ids: list[int], prompts: list[Sequence[int]]) -> torch.Tensor:
         out, mask = forward_left_padded(self._model, prompts, self._device)
-        layers = cache_layers(out.past_key_values)
+        layers = cache_layers(output_cache(out))
         width = mask.shape[1]
         for row, (seq, prompt) in enumerate(zip(seq_ids, prompts, strict=True)):
             slot = heapq.heappop(self._free)

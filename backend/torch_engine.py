@@ -15,6 +15,7 @@ departure.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,18 @@ _Layers = list[tuple[torch.Tensor, torch.Tensor]]
 def cache_layers(cache: DynamicCache) -> _Layers:
     layers: list[Any] = list(cache.layers)
     return [(layer.keys, layer.values) for layer in layers]
+
+
+def cache_keyword(model: PreTrainedModel) -> str:
+    """The name ``model.forward`` takes its KV cache under: ``cache`` since transformers 5.2x renamed
+    ``past_key_values`` (deprecated, removed in 5.40); older releases know only the old name."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def output_cache(out: Any) -> DynamicCache:
+    """The KV cache of a model output, under either release's name (the old one warns on new releases)."""
+    cache: DynamicCache = out["cache"] if "cache" in out else out["past_key_values"]
+    return cache
 
 
 def _cache_from(layers: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
@@ -146,6 +159,7 @@ class TorchEngine:
         self._batch: _Group | None = None
         self._lengths: dict[int, int] = {}  # tokens in the cache per live sequence
         self._joining: list[_Group] = []
+        self._cache_keyword = cache_keyword(model)
 
     @property
     def vocab_size(self) -> int:
@@ -175,7 +189,7 @@ class TorchEngine:
 
     def _prefill_batch(self, seq_ids: list[int], prompts: list[Sequence[int]]) -> torch.Tensor:
         out, mask = forward_left_padded(self._model, prompts, self._device)
-        self._joining.append(_Group(list(seq_ids), out.past_key_values, mask))
+        self._joining.append(_Group(list(seq_ids), output_cache(out), mask))
         for seq, prompt in zip(seq_ids, prompts, strict=True):
             self._lengths[seq] = len(prompt)
         logits: torch.Tensor = out.logits[:, -1, :]
@@ -195,10 +209,10 @@ class TorchEngine:
             input_ids=inputs.to(self._device),
             attention_mask=batch.mask,
             position_ids=positions.to(self._device),
-            past_key_values=batch.cache,
             use_cache=True,
+            **{self._cache_keyword: batch.cache},
         )
-        batch.cache = out.past_key_values
+        batch.cache = output_cache(out)
         for seq in row_of:
             self._lengths[seq] += 1
         order = torch.tensor([row_of[seq] for seq in seq_ids], device=self._device)
