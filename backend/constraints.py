@@ -25,12 +25,13 @@ from typing import Any
 import llguidance
 import llguidance.hf
 import llguidance.numpy  # not llguidance.torch: importing it runs torch.compile (slow, and warns)
+import numpy as np
 import torch
 from llguidance import LLMatcher, LLTokenizer
 
-from backend.errors import InvalidRequest
+from backend.errors import InvalidRequest, Unavailable
 from backend.masking import BitmaskApplier, CpuBitmaskApplier
-from llgtriton.guides import GuideError, llguidance_panics_refused
+from llgtriton.guides import CompilerBusy, GuideError, llguidance_panics_refused, on_compile_thread, short
 
 logger = logging.getLogger(__name__)
 
@@ -55,23 +56,59 @@ class GrammarCache:
             return template.deep_copy()
 
     def matcher(self, grammar: str) -> LLMatcher:
-        """A fresh matcher for ``grammar``; raises :class:`InvalidRequest` if it does not compile."""
+        """A fresh matcher for ``grammar``; raises :class:`InvalidRequest` if it does not compile.
+
+        The first mask is computed once on a copy before the grammar is kept: limits that llguidance
+        meets only while generating (more than 2,000 items in an Earley row, a lexer out of
+        expressions) then refuse the request here, with the limit named, instead of failing it mid-way.
+        """
         cached = self.cached_matcher(grammar)
         if cached is not None:
             return cached
         try:
-            with llguidance_panics_refused():
-                template = LLMatcher(self._tokenizer, grammar, log_level=0)  # compiles with the GIL released
+            template = on_compile_thread(lambda: self._compile(grammar))
         except GuideError as exc:
             raise InvalidRequest(str(exc)) from None
-        if template.is_error():
-            raise InvalidRequest(f"the constraint does not compile: {template.get_error()}")
+        except CompilerBusy as exc:
+            raise Unavailable(str(exc)) from None
         with self._lock:
             self.compilations += 1
             self._compiled[grammar] = template
             while len(self._compiled) > self._capacity:
                 self._compiled.popitem(last=False)
             return template.deep_copy()
+
+    def _compile(self, grammar: str) -> LLMatcher:
+        with llguidance_panics_refused():
+            template = LLMatcher(self._tokenizer, grammar, log_level=0)  # compiles with the GIL released
+            if template.is_error():
+                raise GuideError(f"the constraint does not compile: {short(template.get_error())}")
+            self._probe(template)
+        return template
+
+    def _probe(self, template: LLMatcher) -> None:
+        """Raise :class:`GuideError` if a fresh copy fails within its first two masks, or a second copy at its first.
+
+        llguidance meets some limits only while generating: a flat alternation of more than 2,000
+        items overflows an Earley row after the first token, and a lexer out of expressions fails
+        the copy after the one that exhausted the state all copies share.
+        """
+        mask = np.zeros((1, (self._tokenizer.vocab_size + 31) // 32), dtype=np.int32)
+        first, second = template.deep_copy(), template.deep_copy()
+        llguidance.numpy.fill_next_token_bitmask(first, mask, 0)
+        allowed = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little"))
+        token = next((int(t) for t in allowed if int(t) not in self._tokenizer.eos_tokens), None)
+        if token is not None and not first.is_error() and first.consume_token(token):
+            llguidance.numpy.fill_next_token_bitmask(first, mask, 0)
+        llguidance.numpy.fill_next_token_bitmask(second, mask, 0)
+        for probe in (first, second):
+            if probe.is_error():
+                raise GuideError(f"the constraint fails as generation starts: {short(probe.get_error())}")
+
+    def evict(self, grammar: str) -> None:
+        """Forget ``grammar``: a copy of it failed, and copies share the template's lexer state."""
+        with self._lock:
+            self._compiled.pop(grammar, None)
 
 
 @dataclass(eq=False)
@@ -156,7 +193,7 @@ class GuidanceLogitsProcessor:
         else:
             for (state, _), ok in zip(live, accepted, strict=True):
                 if not ok:
-                    state.error = f"the constraint rejected a token: {state.matcher.get_error()}"
+                    state.error = f"the constraint rejected a token: {short(state.matcher.get_error())}"
         self._fill(states, self._applier.host_masks(len(states)), 0)
 
     def _wait_for_prefetch(self) -> tuple[int, ...]:
@@ -211,8 +248,10 @@ class GuidanceLogitsProcessor:
         except Exception as exc:  # never fail the batch: every constrained row may only end
             logger.exception("computing token masks failed")
             for state in states:
-                state.error = state.error or f"computing the token mask failed: {exc}"
+                state.error = state.error or f"computing the token mask failed: {short(str(exc))}"
         for index, state in enumerate(states):
+            if state.error is None and state.matcher.is_error():  # llguidance then leaves an end-only mask
+                state.error = f"the constraint failed while computing the next mask: {short(state.matcher.get_error())}"
             if state.error is not None:
                 masks[first + index] = self._eos_only
 
@@ -223,4 +262,4 @@ class GuidanceLogitsProcessor:
         if state.error is not None or not new:
             return
         if not state.matcher.consume_tokens(list(new)):
-            state.error = f"the constraint rejected a token: {state.matcher.get_error()}"
+            state.error = f"the constraint rejected a token: {short(state.matcher.get_error())}"

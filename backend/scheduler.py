@@ -293,6 +293,8 @@ class Scheduler:
             request = seq.request
             constraint_error = self._guidance[0].error(seq.seq_id) if self._guidance is not None else None
             if constraint_error is not None:
+                assert self._guidance is not None and request.grammar is not None
+                self._guidance[1].evict(request.grammar)  # its copies share lexer state: compile afresh
                 self._abort(seq, BackendError(constraint_error))
                 continue
             try:

@@ -25,7 +25,7 @@ from backend.telemetry import StepCounters
 from backend.torch_engine import TorchEngine
 from llgtriton.guides import GuideError, grammar_for
 from llgtriton.settings import EngineSettings
-from llgtriton.wire import LOGIT_BIAS_BOUND, MAX_TOP_LOGPROBS, GenerationRequest
+from llgtriton.wire import LOGIT_BIAS_BOUND, MAX_PENALTY, MAX_TEMPERATURE, MAX_TOP_LOGPROBS, GenerationRequest
 
 logger = logging.getLogger(__name__)
 
@@ -38,12 +38,17 @@ def _check(condition: bool, message: str) -> None:
 def sampling_params(request: GenerationRequest) -> SamplingParams:
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         _check(math.isfinite(getattr(request, name)), f"{name} must be a finite number")
-    _check(request.temperature >= 0.0, f"temperature must be >= 0, got {request.temperature}")
+    _check(
+        0.0 <= request.temperature <= MAX_TEMPERATURE,
+        f"temperature must be in [0, {MAX_TEMPERATURE:g}], got {request.temperature}",
+    )
     _check(0.0 < request.top_p <= 1.0, f"top_p must be in (0, 1], got {request.top_p}")
     _check(request.top_k >= 0, f"top_k must be >= 0 (0 disables it), got {request.top_k}")
     for name in ("presence_penalty", "frequency_penalty"):
         value = getattr(request, name)
-        _check(-2.0 <= value <= 2.0, f"{name} must be in [-2, 2], got {value}")
+        _check(
+            -MAX_PENALTY <= value <= MAX_PENALTY, f"{name} must be in [-{MAX_PENALTY:g}, {MAX_PENALTY:g}], got {value}"
+        )
     return SamplingParams(
         temperature=request.temperature,
         top_p=request.top_p,
@@ -53,6 +58,11 @@ def sampling_params(request: GenerationRequest) -> SamplingParams:
         seed=request.seed,
         logit_bias=request.logit_bias,
     )
+
+
+def longest_token_bytes(tokenizer: Any) -> int:
+    """Bytes of the vocabulary's longest token as spelled (at least as many as it decodes to)."""
+    return max((len(token.encode(errors="surrogatepass")) for token in tokenizer.get_vocab()), default=1)
 
 
 class Runner(Protocol):
@@ -85,6 +95,8 @@ class GenerationService:
         self._max_model_len = max_model_len
         self._chat_template = chat_template
         self._scheduler = runner
+        # No prompt of more bytes than this fits the context, so a longer one is refused untokenized.
+        self._max_prompt_bytes = max_model_len * longest_token_bytes(tokenizer)
 
     @classmethod
     def start(cls, settings: EngineSettings) -> GenerationService:
@@ -138,6 +150,12 @@ class GenerationService:
         return self._max_model_len
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        texts = [m.content for m in request.messages] if request.messages is not None else [request.prompt or ""]
+        size = sum(len(text.encode(errors="surrogatepass")) for text in texts)
+        _check(
+            size <= self._max_prompt_bytes,
+            f"the prompt is {size} bytes, more than a context of {self.max_model_len} tokens can hold",
+        )
         if request.messages is not None:
             ids = self._chat_template.render(request.messages)
         else:

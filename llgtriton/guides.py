@@ -8,9 +8,12 @@ constraint before Triton sees it; the backend compiles it again against the mode
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import llguidance
 from llguidance import LLMatcher
@@ -25,10 +28,75 @@ from llgtriton.wire import GuideType
 JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
 MAX_GUIDE_BYTES = 1 << 20
+# llguidance recurses natively once per grammar rule and JSON-schema $ref: a chain of ~1,500 $refs
+# overflows a thread's usual 8 MiB stack and kills the process. Compiles get this much (reserved,
+# committed only as used), enough for the longest chain that fits in MAX_GUIDE_BYTES.
+COMPILE_STACK_BYTES = 512 << 20
+COMPILE_TIMEOUT_S = 10.0  # a constraint that takes longer to compile is refused
+MAX_CONCURRENT_COMPILES = 4  # compiles running at once in a process, timed-out ones included
+MAX_MESSAGE_CHARS = 500  # of llguidance's messages, which can hold a whole parser state
+# Bounds on what the compilers see, far above real constraints (docs/reliability.md): the deepest
+# path through a JSON schema, $refs followed, in objects and arrays; and rules in a grammar.
+MAX_SCHEMA_DEPTH = 256
+MAX_GRAMMAR_RULES = 2000
+
+_T = TypeVar("_T")
 
 
 class GuideError(ValueError):
     """A constraint that cannot be compiled; the message is llguidance's."""
+
+
+class CompilerBusy(RuntimeError):
+    """Every compile slot is taken (by slow constraints still compiling): try again later."""
+
+
+def short(message: str) -> str:
+    """``message`` cut to :data:`MAX_MESSAGE_CHARS`, for errors that echo llguidance's text."""
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS] + " [...]"
+
+
+_compile_slots = threading.BoundedSemaphore(MAX_CONCURRENT_COMPILES)
+_stack_size_lock = threading.Lock()
+
+
+def on_compile_thread(work: Callable[[], _T], timeout_s: float = COMPILE_TIMEOUT_S) -> _T:
+    """``work()`` on a thread of its own with :data:`COMPILE_STACK_BYTES` of stack, waited for at most ``timeout_s``.
+
+    Raises :class:`GuideError` when it takes longer (the thread runs on, holding its slot until it
+    ends, since native code cannot be interrupted) and :class:`CompilerBusy` when no slot frees up.
+    """
+    if not _compile_slots.acquire(timeout=timeout_s):
+        raise CompilerBusy(f"{MAX_CONCURRENT_COMPILES} constraints are compiling already; try again later")
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            outcome.append((False, exc))
+        finally:
+            _compile_slots.release()
+
+    try:
+        with _stack_size_lock:  # the size is process-wide: set it for this one thread only
+            previous = threading.stack_size(COMPILE_STACK_BYTES)
+            try:
+                thread = threading.Thread(target=run, name="llgtriton-compile", daemon=True)
+                thread.start()
+            finally:
+                threading.stack_size(previous)
+    except BaseException:
+        _compile_slots.release()
+        raise
+    thread.join(timeout_s)
+    if not outcome:
+        raise GuideError(f"the constraint did not compile within {timeout_s:g} s")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    result: _T = value
+    return result
 
 
 @contextmanager
@@ -43,14 +111,82 @@ def llguidance_panics_refused() -> Iterator[None]:
     except BaseException as exc:
         if type(exc).__name__ != "PanicException":
             raise
-        raise GuideError(f"llguidance could not process the constraint: {str(exc)[:500]}") from None
+        raise GuideError(f"llguidance could not process the constraint: {short(str(exc))}") from None
 
 
 def _json_document(guide: str, what: str) -> Any:
     try:
         return json.loads(guide)
-    except json.JSONDecodeError as exc:
-        raise GuideError(f"the {what} is not valid JSON: {exc}") from None
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:  # too deep, or an int of >4300 digits
+        raise GuideError(f"the {what} is not valid JSON: {short(str(exc)) or type(exc).__name__}") from None
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def schema_depth(schema: Any, limit: int = MAX_SCHEMA_DEPTH) -> int:
+    """Objects and arrays on the deepest path through ``schema``, local ``$ref``s followed (a cycle
+    ends a path: recursive schemas are fine). Raises :class:`GuideError` past ``limit``.
+
+    Recursion is bounded by ``limit``, so a hostile schema cannot exhaust Python's either.
+    """
+    heights: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def height(node: Any, depth: int) -> int:
+        if not isinstance(node, dict | list):
+            return 0
+        if depth > limit:
+            raise _TooDeep
+        key = id(node)
+        if key in heights:
+            return heights[key]
+        if key in on_path:
+            return 0
+        on_path.add(key)
+        children = list(node.values()) if isinstance(node, dict) else node
+        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            children.append(_local_target(schema, node["$ref"]))
+        best = max((height(child, depth + 1) for child in children), default=0)
+        on_path.discard(key)
+        heights[key] = best + 1
+        return best + 1
+
+    try:
+        return height(schema, 1)
+    except _TooDeep:
+        raise GuideError(f"the JSON schema nests deeper than {limit} levels, counting each $ref it follows") from None
+
+
+def _local_target(root: Any, ref: str) -> Any:
+    """The part of ``root`` a ``#/...`` JSON pointer names, or None."""
+    if not ref.startswith("#"):
+        return None
+    node = root
+    for raw in ref[1:].split("/")[1:]:
+        part = urllib.parse.unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def grammar_rules(grammar: str) -> int:
+    """Rules (and terminals) a Lark or GBNF grammar defines: the lines that start a definition."""
+    return len(_RULE_START.findall(grammar))
+
+
+_RULE_START = re.compile(r"^[ \t]*[?!]?[A-Za-z_][A-Za-z0-9_-]*(?:\.-?\d+)?[ \t]*(?::|::=)", re.MULTILINE)
+
+
+def _check_rules(grammar: str) -> None:
+    rules = grammar_rules(grammar)
+    if rules > MAX_GRAMMAR_RULES:
+        raise GuideError(f"the grammar defines {rules} rules; the limit is {MAX_GRAMMAR_RULES}")
 
 
 def json_schema_grammar(schema: Any) -> str:
@@ -60,27 +196,79 @@ def json_schema_grammar(schema: Any) -> str:
         schema = {}
     if not isinstance(schema, dict):
         raise GuideError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
+    schema_depth(schema)
     try:
         return str(LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS))
     except ValueError as exc:  # e.g. an integer beyond 64 bits anywhere in the schema
-        raise GuideError(f"the JSON schema cannot be used: {exc}") from None
+        raise GuideError(f"the JSON schema cannot be used: {short(str(exc))}") from None
 
 
 def choice_grammar(choices: Any) -> str:
+    """A Lark grammar matching exactly one of ``choices``, shaped as a trie of their common prefixes.
+
+    A flat alternation of more than 2,000 strings overflows llguidance's Earley row at the first
+    token; in a trie no alternation has more branches than there are distinct next characters.
+    """
     if not (isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices)):
         raise GuideError("a choice constraint is a non-empty list of strings")
-    return "start: " + " | ".join(json.dumps(choice) for choice in choices)
+    try:
+        return "start: " + _trie_expression(sorted(set(choices)), 0)
+    except RecursionError:  # ~1,000 choices, each a prefix of the next
+        raise GuideError("the choices nest too deeply: too many of them are prefixes of others") from None
+
+
+def _trie_expression(choices: list[str], depth: int) -> str:
+    """Lark for the suffixes from ``depth`` of ``choices`` (sorted, distinct, sharing ``choices[0][:depth]``).
+
+    Iterative over the characters each branch shares, recursive only at branch points, whose
+    number is bounded by the number of choices.
+    """
+    start = depth
+    while True:
+        if depth == len(choices[0]) or any(len(c) == depth or c[depth] != choices[0][depth] for c in choices):
+            break
+        depth += 1
+    shared = json.dumps(choices[0][start:depth]) if depth > start else ""
+    if len(choices) == 1:
+        return shared or '""'
+    branches = []
+    ends_here = choices[0] == choices[0][:depth]  # sorted: the choice that ends here comes first
+    rest = choices[1:] if ends_here else choices
+    group_start = 0
+    for index in range(1, len(rest) + 1):
+        if index == len(rest) or rest[index][depth] != rest[group_start][depth]:
+            branches.append(_trie_expression(rest[group_start:index], depth))
+            group_start = index
+    alternatives = " | ".join(branches)
+    tail = f"({alternatives})?" if ends_here else f"({alternatives})"
+    return f"{shared} {tail}" if shared else tail
 
 
 def grammar_for(guide_type: GuideType, guide: str | None) -> str:
-    """The llguidance grammar for one constraint; raises :class:`GuideError`."""
-    with llguidance_panics_refused():
-        return _grammar_for(guide_type, guide)
+    """The llguidance grammar for one constraint; raises :class:`GuideError`.
+
+    Runs on a compile thread (:func:`on_compile_thread`): converting a JSON schema recurses per $ref.
+    """
+    if guide is not None:
+        _check_size(guide)
+
+    def convert() -> str:
+        with llguidance_panics_refused():
+            return _grammar_for(guide_type, guide)
+
+    return on_compile_thread(convert)
+
+
+def _check_size(guide: str) -> None:
+    try:
+        size = len(guide.encode())
+    except UnicodeEncodeError as exc:  # a lone surrogate, which no UTF-8 text can hold
+        raise GuideError(f"the constraint is not valid Unicode: {exc.reason} at position {exc.start}") from None
+    if size > MAX_GUIDE_BYTES:
+        raise GuideError(f"the constraint is {size} bytes; the limit is {MAX_GUIDE_BYTES}")
 
 
 def _grammar_for(guide_type: GuideType, guide: str | None) -> str:
-    if guide is not None and len(guide.encode()) > MAX_GUIDE_BYTES:
-        raise GuideError(f"the constraint is {len(guide.encode())} bytes; the limit is {MAX_GUIDE_BYTES}")
     if guide_type is GuideType.JSON:
         schema = ANY_JSON_OBJECT if not guide else _json_document(guide, "JSON schema")
         return json_schema_grammar(schema)
@@ -92,17 +280,23 @@ def _grammar_for(guide_type: GuideType, guide: str | None) -> str:
         return str(LLMatcher.grammar_from_regex(guide))
     if guide_type is GuideType.CHOICE:
         return choice_grammar(_json_document(guide, "choice list"))
+    if guide_type in (GuideType.EBNF_GRAMMAR, GuideType.LARK):
+        _check_rules(guide)
     if guide_type is GuideType.EBNF_GRAMMAR:
         try:
             return str(llguidance.grammar_from("ebnf", guide))
         except Exception as exc:  # the GBNF converter raises plain exceptions on bad input
-            raise GuideError(f"invalid EBNF grammar: {exc}") from None
+            raise GuideError(f"invalid EBNF grammar: {short(str(exc))}") from None
     return str(LLMatcher.grammar_from_lark(guide))
 
 
 def check_grammar(grammar: str, tokenizer: llguidance.LLTokenizer | None = None) -> None:
     """Compile ``grammar`` (against ``tokenizer`` when given); raise :class:`GuideError` if it fails."""
-    with llguidance_panics_refused():
-        is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
+
+    def validate() -> tuple[bool, list[str]]:
+        with llguidance_panics_refused():
+            return LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
+
+    is_error, messages = on_compile_thread(validate)
     if is_error:
-        raise GuideError("; ".join(m.strip() for m in messages) or "the grammar does not compile")
+        raise GuideError(short("; ".join(m.strip() for m in messages)) or "the grammar does not compile")

@@ -16,6 +16,7 @@ import enum
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +44,11 @@ LOGIT_BIAS = "logit_bias"  # JSON object {"<token id>": bias}, as OpenAI's
 # Bounds both the proxy and the backend enforce (OpenAI's own).
 MAX_TOP_LOGPROBS = 20
 LOGIT_BIAS_BOUND = 100.0  # a bias is within [-LOGIT_BIAS_BOUND, LOGIT_BIAS_BOUND]
+MAX_JSON_DEPTH = 128  # arrays and objects nested in a request body or a JSON tensor; deeper ones recurse
+MAX_STOP_STRINGS = 16
+MAX_LOGIT_BIAS_ENTRIES = 1024
+MAX_TEMPERATURE = 2.0
+MAX_PENALTY = 2.0  # presence and frequency penalties are within [-MAX_PENALTY, MAX_PENALTY]
 
 # Outputs ------------------------------------------------------------------------------------
 TEXT_OUTPUT = "text_output"
@@ -352,11 +358,15 @@ def _int(get: TensorGetter, name: str) -> int | None:
     return None if value is None else int(value)  # type: ignore[call-overload]
 
 
-def _messages(payload: str) -> tuple[ChatMessage, ...]:
+def _json_value(payload: str, name: str) -> Any:
     try:
-        raw = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise WireError(f"{CHAT_MESSAGES!r} is not JSON: {exc}") from None
+        return json.loads(payload)
+    except (ValueError, RecursionError) as exc:  # not JSON, nested too deep, or an integer too long
+        raise WireError(f"{name!r} is not JSON (or too deep to read): {str(exc)[:200] or type(exc).__name__}") from None
+
+
+def _messages(payload: str) -> tuple[ChatMessage, ...]:
+    raw = _json_value(payload, CHAT_MESSAGES)
     if not isinstance(raw, list) or not raw:
         raise WireError(f"{CHAT_MESSAGES!r} must be a non-empty JSON list of messages")
     messages = []
@@ -373,10 +383,7 @@ def _messages(payload: str) -> tuple[ChatMessage, ...]:
 
 
 def _logit_bias(payload: str) -> tuple[tuple[int, float], ...]:
-    try:
-        raw = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise WireError(f"{LOGIT_BIAS!r} is not JSON: {exc}") from None
+    raw = _json_value(payload, LOGIT_BIAS)
     if not isinstance(raw, dict):
         raise WireError(f"{LOGIT_BIAS!r} must be a JSON object of token id to bias")
     bias = []
@@ -406,7 +413,7 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
     stream_value = _one(get, STREAM)
     logprobs_value = _one(get, RETURN_LOG_PROBS)
     bias_value = _one(get, LOGIT_BIAS)
-    return GenerationRequest(
+    request = GenerationRequest(
         prompt=None if prompt_value is None else _text(prompt_value, TEXT_INPUT),
         messages=None if messages_value is None else _messages(_text(messages_value, CHAT_MESSAGES)),
         max_tokens=_int(get, MAX_TOKENS),
@@ -424,6 +431,17 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
         top_logprobs=_int(get, TOP_LOGPROBS) or 0,
         logit_bias=() if bias_value is None else _logit_bias(_text(bias_value, LOGIT_BIAS)),
     )
+    _check_bounds(request)
+    return request
+
+
+def _check_bounds(request: GenerationRequest) -> None:
+    """Counts the proxy's request models bound, for clients that talk to Triton directly (the backend
+    checks the values; these cost every step of the request, so they are bounded here)."""
+    if len(request.stop) > MAX_STOP_STRINGS:
+        raise WireError(f"at most {MAX_STOP_STRINGS} {STOP_WORDS}, got {len(request.stop)}")
+    if len(request.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
+        raise WireError(f"at most {MAX_LOGIT_BIAS_ENTRIES} {LOGIT_BIAS} entries, got {len(request.logit_bias)}")
 
 
 def decode_output(get: TensorGetter) -> GenerationOutput:

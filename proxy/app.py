@@ -6,7 +6,6 @@ JSON or server-sent events; every error goes through ``proxy.errors``.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,10 +23,10 @@ from starlette.routing import Route
 
 from llgtriton.api_keys import accepted_keys
 from llgtriton.settings import ProxySettings
+from proxy.body import parse_body
 from proxy.disconnects import cancelled_on_disconnect
 from proxy.errors import (
     ClientDisconnectedError,
-    InvalidRequestError,
     MethodNotAllowedError,
     NotFoundError,
     PayloadTooLargeError,
@@ -76,13 +75,7 @@ class Handlers:
         self._model_card = ModelCard(id=generations.model_name, created=now())
 
     async def _parse(self, request: Request, model: type[RequestModel]) -> RequestModel:
-        body = await _read_body(request, self._settings.max_body_bytes)
-        try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InvalidRequestError(f"the request body is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise InvalidRequestError("the request body must be a JSON object")
+        data = parse_body(await _read_body(request, self._settings.max_body_bytes))
         try:
             parsed = model.model_validate(data)
         except ValidationError as exc:

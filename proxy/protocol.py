@@ -13,9 +13,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from llgtriton.wire import LOGIT_BIAS_BOUND, MAX_TOP_LOGPROBS
+from llgtriton.wire import (
+    LOGIT_BIAS_BOUND,
+    MAX_LOGIT_BIAS_ENTRIES,
+    MAX_PENALTY,
+    MAX_STOP_STRINGS,
+    MAX_TEMPERATURE,
+    MAX_TOP_LOGPROBS,
+)
 
-MAX_STOP_STRINGS = 16
 _ONE_PROMPT: Any = {
     "type": "array",
     "items": {"type": "string"},
@@ -24,7 +30,6 @@ _ONE_PROMPT: Any = {
 }  # one prompt per request
 MAX_TOOLS = 128  # OpenAI's own limit on functions per request
 MAX_N = 16  # choices per request: each is a full generation in the backend's batch
-MAX_LOGIT_BIAS_ENTRIES = 1024
 TOKEN_ID = r"^[0-9]+$"
 UINT64_MAX = 2**64 - 1
 INT32_MAX = 2**31 - 1
@@ -149,15 +154,15 @@ class StructuredOutputs(_Request):
 class _GenerationRequest(_Request):
     model: str
     max_tokens: TokenCount | None = None
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    temperature: float = Field(1.0, ge=0.0, le=MAX_TEMPERATURE)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: Integer = Field(
         0, ge=-1, le=INT32_MAX, description="Extension (vLLM): keep the k most likely tokens; 0 or -1 = off."
     )
     seed: Seed | None = None
     stop: str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None = None
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(0.0, ge=-MAX_PENALTY, le=MAX_PENALTY)
+    frequency_penalty: float = Field(0.0, ge=-MAX_PENALTY, le=MAX_PENALTY)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Integer = Field(1, ge=1, le=MAX_N)

@@ -180,7 +180,7 @@ class Generations:
 
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         completion_id = new_id("chatcmpl")
-        translation = chat_generation(request)
+        translation = await asyncio.to_thread(chat_generation, request)
         finished = await _all(
             [
                 _final(self._client.generate(generation, _request_id(completion_id, index, request.n)))
@@ -202,7 +202,7 @@ class Generations:
 
     async def chat_stream(self, request: ChatCompletionRequest) -> AsyncGenerator[ChatCompletionChunk]:
         completion_id, created = new_id("chatcmpl"), now()
-        translation = chat_generation(request)
+        translation = await asyncio.to_thread(chat_generation, request)
         generations = _copies(translation.generation, request.n)
         lasts: list[wire.GenerationOutput | None] = [None] * len(generations)
 
@@ -244,7 +244,7 @@ class Generations:
 
     async def completion(self, request: CompletionRequest) -> Completion:
         completion_id = new_id("cmpl")
-        generation = completion_generation(request)
+        generation = await asyncio.to_thread(completion_generation, request)
         echo = request.prompt_text() if request.echo else ""
         finished = await _all(
             [
@@ -273,7 +273,7 @@ class Generations:
 
     async def completion_stream(self, request: CompletionRequest) -> AsyncGenerator[Completion]:
         completion_id, created = new_id("cmpl"), now()
-        generation = completion_generation(request)
+        generation = await asyncio.to_thread(completion_generation, request)
         copies = _copies(generation, request.n)
         lasts: list[wire.GenerationOutput | None] = [None] * len(copies)
 

@@ -8,16 +8,18 @@ the request reaches Triton.
 from __future__ import annotations
 
 import dataclasses
-import functools
+import hashlib
 import json
 import logging
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from llgtriton import wire
-from llgtriton.guides import GuideError, check_grammar, grammar_for
+from llgtriton.guides import CompilerBusy, GuideError, check_grammar, grammar_for
 from llgtriton.wire import GuideType
-from proxy.errors import InvalidRequestError
+from proxy.errors import InvalidRequestError, ServiceUnavailableError
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, StructuredOutputs, _GenerationRequest
 from proxy.tools import ToolPlan, plan_tools
 
@@ -45,21 +47,44 @@ def _refuse(feature: str, param: str) -> InvalidRequestError:
     )
 
 
-@functools.lru_cache(maxsize=512)
-def _compile_error(guide_type: GuideType, guide: str | None) -> str | None:
-    try:
+class _CompiledGuides:
+    """Digests of the constraints that compiled, most recent last: a repeat is not compiled again.
+
+    Failures are not kept (a refused guide is cheap to refuse again), and only digests are, so the
+    cache's size does not grow with the guides'.
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._capacity = capacity
+        self._digests: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def check(self, guide_type: GuideType, guide: str | None) -> None:
+        """Raise :class:`GuideError` (or :class:`CompilerBusy`) unless the constraint compiles."""
+        digest = hashlib.blake2b(f"{guide_type.value}\0{guide}".encode(errors="surrogatepass")).digest()
+        with self._lock:
+            if digest in self._digests:
+                self._digests.move_to_end(digest)
+                return
         check_grammar(grammar_for(guide_type, guide))
-    except GuideError as exc:
-        return str(exc)
-    return None
+        with self._lock:
+            self._digests[digest] = None
+            while len(self._digests) > self._capacity:
+                self._digests.popitem(last=False)
+
+
+_compiled = _CompiledGuides()
 
 
 def check_constraint(constraint: Constraint) -> None:
-    error = _compile_error(constraint.guide_type, constraint.guide)
-    if error is not None:
+    try:
+        _compiled.check(constraint.guide_type, constraint.guide)
+    except GuideError as exc:
         raise InvalidRequestError(
-            f"invalid {constraint.param}: {error}", param=constraint.param, code="invalid_constraint"
-        )
+            f"invalid {constraint.param}: {exc}", param=constraint.param, code="invalid_constraint"
+        ) from None
+    except CompilerBusy as exc:
+        raise ServiceUnavailableError(str(exc)) from None
 
 
 def _json_guide(value: dict[str, Any] | str | bool) -> str:

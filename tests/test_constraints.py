@@ -205,6 +205,53 @@ def test_a_grammar_that_does_not_compile_is_an_invalid_request(
         GrammarCache(guidance[0].tokenizer).matcher("start: missing_rule")
 
 
+@pytest.mark.parametrize(
+    ("guide_type", "guide", "match"),
+    [
+        (
+            GuideType.REGEX,
+            "d{300000}",
+            "fails as generation starts",
+        ),  # the lexer runs out of expressions at the first mask
+        (
+            GuideType.LARK,
+            "start: " + " | ".join(f'"w{i}"' for i in range(2500)),
+            "fails as generation starts",
+        ),  # Earley row limit
+    ],
+)
+def test_constraints_that_fail_at_the_first_token_are_refused_at_compile_time_every_time(
+    guidance: tuple[GuidanceLogitsProcessor, GrammarCache], guide_type: GuideType, guide: str, match: str
+) -> None:
+    """Once the first request's copy had failed, the shared template gave later ones an end-only mask: 'stop', ""."""
+    cache = GrammarCache(guidance[0].tokenizer)
+    grammar = grammar_for(guide_type, guide)
+    for _ in range(2):
+        with pytest.raises(InvalidRequest, match=match) as refused:
+            cache.matcher(grammar)
+        assert len(str(refused.value)) < 600  # llguidance's message can hold the whole parser state
+    assert cache.cached_matcher(grammar) is None
+
+
+def test_a_matcher_that_fails_while_computing_a_mask_ends_its_request_with_an_error(
+    scheduler: Scheduler, loaded_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llguidance leaves an end-only mask when a matcher fails in a fill; the request must not read as 'stop'."""
+    real_fill = llguidance.numpy.fill_next_token_bitmask_par
+
+    def failing_fill(executor: Any, matchers: Any, masks: Any) -> None:
+        real_fill(executor, matchers, masks)
+        for matcher, _ in matchers:
+            matcher.consume_token(10**6)  # out of the vocabulary: puts the matcher in its error state
+
+    prompt = chat(loaded_model, "Give me a number.")
+    request = constrained(prompt, GuideType.REGEX, "[0-9]{5}", max_tokens=20)
+    monkeypatch.setattr(llguidance.numpy, "fill_next_token_bitmask_par", failing_fill)
+    (sink,) = generate(scheduler, request)
+    assert sink.error is not None and "next mask" in str(sink.error)
+    assert all(output.finish_reason is None for output in sink.outputs)
+
+
 class _GatedCache(GrammarCache):
     """A grammar cache whose compilations wait for a gate and record the thread they ran on."""
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from typing import Any
 
 import llguidance
+import llguidance.numpy
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,13 +21,18 @@ from llguidance import LLMatcher
 from llgtriton.guides import (
     ANY_JSON_OBJECT,
     JSON_OPTIONS,
+    MAX_CONCURRENT_COMPILES,
     MAX_GUIDE_BYTES,
+    MAX_MESSAGE_CHARS,
+    CompilerBusy,
     GuideError,
     check_grammar,
     choice_grammar,
     grammar_for,
     json_schema_grammar,
     llguidance_panics_refused,
+    on_compile_thread,
+    schema_depth,
 )
 from llgtriton.wire import GuideType
 
@@ -136,8 +143,39 @@ def test_choice_accepts_exactly_the_listed_strings() -> None:
         assert not accepts(grammar, other), other
 
 
-def test_choice_grammar_quotes_each_choice() -> None:
-    assert choice_grammar(["a", 'b"c']) == 'start: "a" | "b\\"c"'
+def test_choice_quotes_each_choice() -> None:
+    grammar = choice_grammar(["a", 'b"c', "d\\e"])
+    assert [accepts(grammar, text) for text in ["a", 'b"c', "d\\e", "b", 'b"', "d"]] == [True] * 3 + [False] * 3
+
+
+def test_choice_of_the_empty_string() -> None:
+    grammar = compiled(GuideType.CHOICE, json.dumps(["", "x"]))
+    assert accepts(grammar, "") and accepts(grammar, "x") and not accepts(grammar, "xx")
+
+
+def test_a_choice_beyond_the_earley_row_limit_generates() -> None:
+    """A flat alternation of more than 2,000 strings fails at the first token; the trie does not."""
+    choices = [f"option-{i}" for i in range(5000)]
+    built = matcher(compiled(GuideType.CHOICE, json.dumps(choices)))
+    mask = llguidance.numpy.allocate_token_bitmask(1, BYTE_TOKENIZER.vocab_size)
+    llguidance.numpy.fill_next_token_bitmask(built, mask, 0)
+    assert not built.is_error(), built.get_error()
+    for text in ["option-0", "option-4999", "option-123"]:
+        assert accepts(compiled(GuideType.CHOICE, json.dumps(choices)), text)
+    assert not accepts(compiled(GuideType.CHOICE, json.dumps(choices)), "option-5000")
+
+
+def test_choices_nested_as_prefixes_are_refused_by_name() -> None:
+    message = guide_error(GuideType.CHOICE, json.dumps(["a" * i for i in range(1, 1300)]))
+    assert "prefixes" in message
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(st.sampled_from('ab"\\é'), max_size=5), min_size=1, max_size=12), st.text("ab", max_size=5))
+def test_choice_accepts_the_choices_and_nothing_else(choices: list[str], other: str) -> None:
+    grammar = choice_grammar(choices)
+    assert all(accepts(grammar, choice) for choice in choices)
+    assert accepts(grammar, other) == (other in choices)
 
 
 # JSON: exactly ", " and ": " and no other whitespace -----------------------------------------
@@ -381,3 +419,96 @@ def test_a_panic_inside_llguidance_refuses_the_constraint_and_other_exits_pass()
         raise PanicException("end byte index 100 is not a char boundary")
     with pytest.raises(KeyboardInterrupt), llguidance_panics_refused():
         raise KeyboardInterrupt
+
+
+# Hostile constraints: deep native recursion, slow compiles --------------------------------------
+
+
+def ref_chain(depth: int) -> dict[str, Any]:
+    """A schema whose $refs chain ``depth`` deep: llguidance recurses once per link."""
+    defs = {f"d{i}": {"type": "array", "items": {"$ref": f"#/$defs/d{i + 1}"}} for i in range(depth)}
+    return {"$defs": {**defs, f"d{depth}": {"type": "integer"}}, "$ref": "#/$defs/d0"}
+
+
+LARK_CHAIN = "start: r0\n" + "".join(f'r{i}: "a" r{i + 1}\n' for i in range(3000)) + 'r3000: "b"\n'
+
+
+@pytest.mark.parametrize(
+    ("guide_type", "guide", "match"),
+    [
+        (GuideType.JSON_SCHEMA, json.dumps(ref_chain(1500)), "deeper than 256 levels"),  # overflowed 8 MiB: SIGSEGV
+        (GuideType.JSON_SCHEMA, json.dumps(ref_chain(12000)), "deeper than 256 levels"),  # about MAX_GUIDE_BYTES
+        (GuideType.LARK, LARK_CHAIN, "rules; the limit is 2000"),
+        (GuideType.EBNF_GRAMMAR, "root ::= r0\n" + "".join(f'r{i} ::= "a" r{i + 1}\n' for i in range(2500)), "limit"),
+    ],
+    ids=["refs-1500", "refs-12000", "lark-rules-3000", "ebnf-rules-2500"],
+)
+def test_deeply_chained_constraints_are_refused_by_their_bounds(guide_type: GuideType, guide: str, match: str) -> None:
+    assert len(guide.encode()) <= MAX_GUIDE_BYTES
+    assert match in guide_error(guide_type, guide)
+
+
+def test_the_compilers_survive_chains_beyond_their_bounds() -> None:
+    """The bounds are a second line: on the compile thread's stack llguidance takes what overflowed 8 MiB."""
+    grammar = on_compile_thread(lambda: str(LLMatcher.grammar_from_json_schema(ref_chain(1500))))
+    check_grammar(grammar, BYTE_TOKENIZER)
+    check_grammar(LARK_CHAIN, BYTE_TOKENIZER)
+
+
+def test_recursive_schemas_are_not_too_deep() -> None:
+    tree = {
+        "$defs": {
+            "node": {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}
+        },
+        "$ref": "#/$defs/node",
+    }
+    compiled(GuideType.JSON_SCHEMA, json.dumps(tree))
+    assert schema_depth(tree) < 10
+
+
+def test_schema_depth_counts_nesting_and_followed_refs() -> None:
+    assert schema_depth({"type": "integer"}) == 1
+    assert schema_depth({"properties": {"a": {"type": "integer"}}}) == 3
+    assert schema_depth(ref_chain(10)) == schema_depth(ref_chain(9)) + 2  # an array and its items per link
+    with pytest.raises(GuideError, match="deeper than 5 levels"):
+        schema_depth(ref_chain(10), limit=5)
+
+
+def test_a_compile_that_takes_too_long_is_refused() -> None:
+    release = threading.Event()
+    try:
+        with pytest.raises(GuideError, match=r"did not compile within 0\.1 s"):
+            on_compile_thread(lambda: release.wait(30), timeout_s=0.1)
+    finally:
+        release.set()
+
+
+def test_compiles_beyond_the_concurrency_bound_are_told_to_come_back() -> None:
+    release = threading.Event()
+    try:
+        for _ in range(MAX_CONCURRENT_COMPILES):  # each outlives its wait and keeps its slot
+            with pytest.raises(GuideError):
+                on_compile_thread(lambda: release.wait(30), timeout_s=0.01)
+        with pytest.raises(CompilerBusy):
+            on_compile_thread(lambda: None, timeout_s=0.1)
+    finally:
+        release.set()
+    assert on_compile_thread(lambda: 42, timeout_s=5) == 42  # the slots free as the slow ones end
+
+
+def test_compile_errors_travel_back_to_the_caller() -> None:
+    def broken() -> None:
+        raise GuideError("nope")
+
+    with pytest.raises(GuideError, match="nope"):
+        on_compile_thread(broken)
+
+
+@pytest.mark.parametrize("guide_type", [GuideType.REGEX, GuideType.LARK, GuideType.JSON_SCHEMA])
+def test_a_lone_surrogate_is_refused_by_name(guide_type: GuideType) -> None:
+    assert "not valid Unicode" in guide_error(guide_type, '"\ud800"')
+
+
+def test_long_llguidance_messages_are_cut() -> None:
+    message = guide_error(GuideType.LARK, "start: " + "x " * 100_000)
+    assert len(message) <= MAX_MESSAGE_CHARS + 10
