@@ -54,6 +54,7 @@ def uvicorn_server(settings: Settings, shared: SharedState | None = None) -> uvi
     import uvicorn
 
     from proxy.app import create_app
+    from proxy.http_protocol import guarded_protocol
 
     config = uvicorn.Config(
         create_app(settings.proxy, shared=shared),
@@ -62,9 +63,10 @@ def uvicorn_server(settings: Settings, shared: SharedState | None = None) -> uvi
         log_level=settings.log_level,
         timeout_graceful_shutdown=settings.proxy.drain_timeout_s,
         backlog=_BACKLOG,
-        # httptools parses and frames HTTP in C. The loop is asyncio's own (asyncio.run), not
-        # uvloop, which made the gRPC aio client's calls slower (docs/benchmarks.md, issue 8).
-        http="httptools",
+        # httptools parses and frames HTTP in C, with our limits on slow and oversized clients. The
+        # loop is asyncio's own (asyncio.run), not uvloop, which made the gRPC aio client's calls
+        # slower (docs/benchmarks.md, issue 8).
+        http=guarded_protocol(settings.proxy),
         loop="asyncio",
     )
     return uvicorn.Server(config)

@@ -58,6 +58,20 @@ class ProxySettings(_Section):
         "accepted) before it closes them, seconds.",
     )
     max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Largest accepted request body, bytes.")
+    max_header_bytes: int = Field(
+        64 * 1024, ge=1024, description="Largest request line and headers, bytes; larger ones get 431."
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="Time a client has to send a request's line and headers, seconds; then 408."
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Time a client has to send a request's body once its headers arrived, seconds; then 408.",
+    )
+    max_connections: int = Field(
+        1024, ge=1, description="Open client connections per proxy process; more are answered 503 and closed."
+    )
     max_concurrent_requests: int | None = Field(
         None,
         ge=1,

@@ -6,6 +6,7 @@ JSON or server-sent events; every error goes through ``proxy.errors``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,6 +32,7 @@ from proxy.errors import (
     NotFoundError,
     PayloadTooLargeError,
     ProxyError,
+    RequestTimeoutError,
     http_response,
     validation_error,
 )
@@ -52,16 +54,19 @@ def _json(model: BaseModel, status_code: int = 200) -> Response:
     return Response(model.model_dump_json(), status_code=status_code, media_type="application/json")
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLargeError(f"the request body is {declared} bytes; the limit is {limit} bytes")
     body = bytearray()
     try:
-        async for part in request.stream():
-            body.extend(part)
-            if len(body) > limit:
-                raise PayloadTooLargeError(f"the request body exceeds the limit of {limit} bytes")
+        async with asyncio.timeout(timeout_s):
+            async for part in request.stream():
+                body.extend(part)
+                if len(body) > limit:
+                    raise PayloadTooLargeError(f"the request body exceeds the limit of {limit} bytes")
+    except TimeoutError:  # also a Content-Length larger than what is sent, which would wait forever
+        raise RequestTimeoutError(f"the request body did not arrive within {timeout_s:g} s") from None
     except ClientDisconnect:  # gone before its body arrived: nothing to answer, nothing went wrong
         raise ClientDisconnectedError("the client disconnected while sending its request") from None
     return bytes(body)
@@ -75,7 +80,7 @@ class Handlers:
         self._model_card = ModelCard(id=generations.model_name, created=now())
 
     async def _parse(self, request: Request, model: type[RequestModel]) -> RequestModel:
-        data = parse_body(await _read_body(request, self._settings.max_body_bytes))
+        data = parse_body(await _read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s))
         try:
             parsed = model.model_validate(data)
         except ValidationError as exc:

@@ -51,6 +51,13 @@ class MethodNotAllowedError(ProxyError):
     type = "invalid_request_error"
 
 
+class RequestTimeoutError(ProxyError):
+    """408: the client did not send its request's body within ``proxy.body_timeout_s``."""
+
+    status = 408
+    type = "invalid_request_error"
+
+
 class PayloadTooLargeError(ProxyError):
     """413: the request body is larger than ``proxy.max_body_bytes``."""
 
