@@ -60,7 +60,9 @@ ENV LLGTRITON_ENGINE_ENGINE=trtllm \
 EXPOSE 8000 8001 8002
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20m --retries=3 \
     CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://localhost:8000/v2/health/ready', timeout=4)"]
-CMD ["tritonserver", "--model-repository=/opt/llgtriton/model_repository"]
+# Triton's admin APIs (model repository, shared memory, trace, logging) need a key: a random one each
+# start, or LLGTRITON_TRITON_ADMIN_KEY; inference needs LLGTRITON_TRITON_INFERENCE_KEY when that is set.
+CMD ["sh", "-c", "exec tritonserver --model-repository=/opt/llgtriton/model_repository $(python3 -m llgtriton.triton_server)"]
 
 # --- proxy: the OpenAI API alone, in front of one or more Triton replicas ----------------------
 FROM ${PYTHON_IMAGE} AS proxy
@@ -100,7 +102,8 @@ COPY model_repository /opt/llgtriton/model_repository
 ENV LLGTRITON_TRITON_MODEL_REPOSITORY=/opt/llgtriton/model_repository \
     LLGTRITON_ENGINE_CACHE_DIR=/var/cache/llgtriton
 USER llgtriton
-EXPOSE 9000 8000 8001 8002
+# Only the OpenAI API leaves the container: Triton listens on its loopback, behind the proxy.
+EXPOSE 9000
 HEALTHCHECK --interval=10s --timeout=5s --start-period=5m --retries=3 \
     CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://localhost:9000/ready', timeout=4)"]
-CMD ["llgtriton", "serve", "--proxy-host", "0.0.0.0", "--triton-address", "0.0.0.0"]
+CMD ["llgtriton", "serve", "--proxy-host", "0.0.0.0"]

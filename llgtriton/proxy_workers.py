@@ -48,6 +48,11 @@ _EARLY_EXIT_S = 10.0  # a worker that exits sooner than this after starting like
 _MAX_EARLY_EXITS = 3
 
 
+def triton_key(settings: Settings) -> str | None:
+    key = settings.triton.inference_key
+    return None if key is None else key.get_secret_value()
+
+
 def uvicorn_server(settings: Settings, shared: SharedState | None = None) -> uvicorn.Server:
     """The proxy app in a uvicorn server configured from ``settings``, not yet started."""
     # Imported late: `--help` and `--print-config` stay fast and need no proxy dependencies.
@@ -57,7 +62,7 @@ def uvicorn_server(settings: Settings, shared: SharedState | None = None) -> uvi
     from proxy.http_protocol import guarded_protocol
 
     config = uvicorn.Config(
-        create_app(settings.proxy, shared=shared),
+        create_app(settings.proxy, shared=shared, triton_key=triton_key(settings)),
         host=settings.proxy.host,
         port=settings.proxy.port,
         log_level=settings.log_level,

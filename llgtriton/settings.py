@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 ENV_PREFIX = "LLGTRITON_"
 EMBEDDED_MODEL = "embedded"
@@ -108,6 +109,25 @@ class TritonSettings(_Section):
         description="'serve' restarts tritonserver this many times when it exits or the model's stub dies; "
         "then llgtriton stops.",
     )
+    admin_key: SecretStr | None = Field(
+        None,
+        description="Key Triton's admin APIs (model repository, shared memory, trace, logging) require, as the "
+        "header or gRPC metadata 'llgtriton-admin-key' (default: a new random key each start, so nobody can use "
+        "them).",
+    )
+    inference_key: SecretStr | None = Field(
+        None,
+        description="Key Triton's inference API requires, as the header or gRPC metadata 'llgtriton-key'; the "
+        "proxy sends it. Set it whenever others can reach Triton's ports: with proxy API keys on, an open Triton "
+        "would bypass them (default: none; Triton listens on 127.0.0.1).",
+    )
+    @field_validator("admin_key", "inference_key")
+    @classmethod
+    def _token(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None and not re.fullmatch(r"[A-Za-z0-9._~-]+", key.get_secret_value()):
+            raise ValueError("a key is letters, digits and . _ ~ - (it travels in an HTTP header and a flag)")
+        return key
+
     instances: int = Field(
         1,
         ge=1,

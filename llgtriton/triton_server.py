@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -24,7 +25,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from llgtriton.settings import Settings, engine_environment, env_name
+from llgtriton.settings import (
+    Settings,
+    TritonSettings,
+    engine_environment,
+    env_name,
+    load_settings,
+    parse_command_line,
+)
+from llgtriton.wire import ADMIN_KEY_HEADER, INFERENCE_KEY_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +150,22 @@ def command(settings: Settings, installation: TritonInstallation, layout: Runtim
         f"--metrics-port={triton.metrics_port}",
         f"--log-info={'true' if triton.log_info else 'false'}",
         "--exit-timeout-secs=10",
+        *restricted_api_flags(triton),
         *gpu_flags,
     ]
+
+
+# Triton's API groups that change the server or read its internals, as its restricted-API flags name them.
+ADMIN_APIS = "model-repository,shared-memory,trace,logging"
+
+
+def restricted_api_flags(triton: TritonSettings) -> list[str]:
+    """tritonserver flags that put the admin APIs, and the inference API when keyed, behind a header."""
+    admin = triton.admin_key.get_secret_value() if triton.admin_key else secrets.token_urlsafe(32)
+    groups = [f"{ADMIN_APIS}:{ADMIN_KEY_HEADER}={admin}"]
+    if triton.inference_key is not None:
+        groups.append(f"inference:{INFERENCE_KEY_HEADER}={triton.inference_key.get_secret_value()}")
+    return [f"--{kind}={group}" for group in groups for kind in ("grpc-restricted-protocol", "http-restricted-api")]
 
 
 def environment(settings: Settings, installation: TritonInstallation, base: Mapping[str, str]) -> dict[str, str]:
@@ -282,3 +305,17 @@ class TritonProcess:
             logger.warning("tritonserver did not stop in %.0f s; killing it", timeout)
             os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait()
+
+
+def main() -> None:
+    """``python3 -m llgtriton.triton_server``: print the restricted-API flags of the environment's settings.
+
+    The triton image runs tritonserver itself (not this launcher, which takes tritonserver from
+    nvidia-pytriton); its CMD appends these flags.
+    """
+    settings = load_settings(parse_command_line([]), os.environ)
+    print(" ".join(restricted_api_flags(settings.triton)))  # noqa: T201  (keys are tokens: no quoting needed)
+
+
+if __name__ == "__main__":
+    main()

@@ -50,6 +50,12 @@ MAX_LOGIT_BIAS_ENTRIES = 1024
 MAX_TEMPERATURE = 2.0
 MAX_PENALTY = 2.0  # presence and frequency penalties are within [-MAX_PENALTY, MAX_PENALTY]
 
+# Headers (gRPC metadata) Triton's restricted APIs require: the admin APIs always, inference when
+# the launcher is given triton.inference_key.
+ADMIN_KEY_HEADER = "llgtriton-admin-key"
+INFERENCE_KEY_HEADER = "llgtriton-key"
+GRPC_KEY_PREFIX = "triton-grpc-protocol-"  # Triton's gRPC endpoint reads the key under this prefix
+
 # Outputs ------------------------------------------------------------------------------------
 TEXT_OUTPUT = "text_output"
 FINISH_REASON = "finish_reason"

@@ -150,10 +150,10 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
     return http_response(exc)
 
 
-def triton_client(settings: ProxySettings, metrics: ProxyMetrics) -> GenerationClient:
+def triton_client(settings: ProxySettings, metrics: ProxyMetrics, triton_key: str | None = None) -> GenerationClient:
     """One Triton gRPC client, or a pool of them when several replicas are configured."""
     clients = [
-        (url, TritonGenerationClient(url, settings.model_name, settings.request_timeout_s))
+        (url, TritonGenerationClient(url, settings.model_name, settings.request_timeout_s, triton_key))
         for url in settings.triton_urls
     ]
     if len(clients) == 1:
@@ -170,15 +170,19 @@ class SharedState:
 
 
 def create_app(
-    settings: ProxySettings, client: GenerationClient | None = None, shared: SharedState | None = None
+    settings: ProxySettings,
+    client: GenerationClient | None = None,
+    shared: SharedState | None = None,
+    triton_key: str | None = None,
 ) -> Starlette:
-    """The proxy app; ``client`` defaults to a Triton gRPC client built from ``settings``.
+    """The proxy app; ``client`` defaults to a Triton gRPC client built from ``settings``, which sends
+    ``triton_key`` when Triton's inference API requires one.
 
     ``shared``: this process is one of several on the same port, and the concurrency limit and
     the metrics count across all of them.
     """
     metrics = ProxyMetrics(None if shared is None else shared.metrics_dir)
-    generation_client = MeteredClient(client or triton_client(settings, metrics), metrics)
+    generation_client = MeteredClient(client or triton_client(settings, metrics, triton_key), metrics)
     model_name = settings.served_model_name or settings.model_name
     handlers = Handlers(settings, Generations(generation_client, model_name), generation_client)
 

@@ -135,10 +135,12 @@ async def _drain(stream: Any) -> bool:
 
 
 class TritonGenerationClient:
-    def __init__(self, url: str, model_name: str, timeout_s: float) -> None:
+    def __init__(self, url: str, model_name: str, timeout_s: float, key: str | None = None) -> None:
         self._client = triton_grpc.InferenceServerClient(url)
         self._model_name = model_name
         self._timeout_s = timeout_s
+        # Triton's inference API may require a key (triton.inference_key), sent as gRPC metadata.
+        self._headers = {wire.GRPC_KEY_PREFIX + wire.INFERENCE_KEY_HEADER: key} if key is not None else None
 
     async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncGenerator[wire.GenerationOutput]:
         try:
@@ -149,7 +151,9 @@ class TritonGenerationClient:
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield {"model_name": self._model_name, "inputs": inputs, "request_id": request_id}
 
-        stream = self._client.stream_infer(inputs_iterator=requests(), stream_timeout=self._timeout_s)
+        stream = self._client.stream_infer(
+            inputs_iterator=requests(), stream_timeout=self._timeout_s, headers=self._headers
+        )
         call_ended = False
         try:
             async for result, error in stream:

@@ -51,12 +51,14 @@ LOCAL_URL = re.compile(r"http://localhost:\d+/[\w/]*")
 PROXY = ProxySettings()
 TRITON = TritonSettings()
 TRITON_PORTS = {TRITON.http_port, TRITON.grpc_port, TRITON.metrics_port}
-# Compose services, Dockerfile stages and the ports each one serves.
+# Dockerfile stages and the ports each one serves to other containers.
 EXPECTED_PORTS = {
     "triton": TRITON_PORTS,
     "proxy": {PROXY.port},
-    "cpu": {PROXY.port, *TRITON_PORTS},
+    "cpu": {PROXY.port},  # Triton listens on the container's loopback, behind the proxy
 }
+# Compose publishes the OpenAI API only: Triton's ports would bypass the proxy's keys and limits.
+PUBLISHED_PORTS = {"triton": set(), "proxy": {PROXY.port}, "cpu": {PROXY.port}}
 HEALTH_URLS = {
     "triton": f"http://localhost:{TRITON.http_port}/v2/health/ready",
     "proxy": f"http://localhost:{PROXY.port}/health",
@@ -314,7 +316,7 @@ def test_compose_services_build_dockerfile_stages() -> None:
 def test_compose_ports_are_the_settings_defaults() -> None:
     for name, service in compose_services().items():
         pairs = compose_port_pairs(service)
-        assert {target for _, target in pairs} == EXPECTED_PORTS[name], name
+        assert {target for _, target in pairs} == PUBLISHED_PORTS[name], name
         assert all(published == target for published, target in pairs), f"{name} publishes its ports as they are"
 
 
@@ -400,7 +402,7 @@ def test_kubernetes_settings_values_validate(workload: str) -> None:
 def test_dockerfile_model_repository_paths_agree() -> None:
     stages = dockerfile_stages()
     repository = stages["triton"].copy_destination("model_repository")
-    assert f"--model-repository={repository}" in stages["triton"].command()
+    assert f"--model-repository={repository}" in " ".join(stages["triton"].command()).split()
     cpu = stages["cpu"]
     assert cpu.environment()[env_name("triton", "model_repository")] == cpu.copy_destination("model_repository")
 
@@ -453,3 +455,20 @@ def test_kubernetes_gpus_match_the_tensor_parallel_size() -> None:
     container = pod_container(triton_workload())
     gpus = int(container["resources"]["limits"]["nvidia.com/gpu"])
     assert int(container_environment(container)["LLGTRITON_ENGINE_TENSOR_PARALLEL_SIZE"]) == gpus
+
+
+def test_the_triton_image_locks_triton_s_admin_apis() -> None:
+    """The image runs tritonserver itself; its CMD appends the launcher's restricted-API flags."""
+    assert "$(python3 -m llgtriton.triton_server)" in " ".join(dockerfile_stages()["triton"].command())
+    environ = {**os.environ, env_name("triton", "inference_key"): "k3y"}
+    printed = subprocess.run(
+        [sys.executable, "-m", "llgtriton.triton_server"], env=environ, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert [flag.split("=", 1)[0] for flag in printed] == ["--grpc-restricted-protocol", "--http-restricted-api"] * 2
+    assert all(
+        flag.split("=", 1)[1].startswith("model-repository,shared-memory,trace,logging:") for flag in printed[:2]
+    )
+    assert printed[2:] == [
+        "--grpc-restricted-protocol=inference:llgtriton-key=k3y",
+        "--http-restricted-api=inference:llgtriton-key=k3y",
+    ]

@@ -1,0 +1,72 @@
+"""Triton's own ports are no way around the proxy: admin APIs are locked, inference needs its key when set."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from bench.hostile import NORMAL, TritonAttack, triton_attack
+from llgtriton.wire import ADMIN_KEY_HEADER, INFERENCE_KEY_HEADER
+from tests.conftest import RunningServer, start_server, stop_server
+
+pytestmark = pytest.mark.e2e
+
+KEY = "a-triton-key"
+HELLO = TritonAttack("a normal request", {})  # text_input "Hi", 4 tokens
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(
+        tmp_path_factory.mktemp("keyed") / "serve.log", f"--triton-inference-key={KEY}", "--triton-admin-key=admin"
+    )
+    yield running
+    stop_server(running)
+
+
+def triton_http(server: RunningServer) -> str:
+    return f"http://127.0.0.1:{server.http_port}"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v2/repository/index"),
+        ("POST", "/v2/repository/models/llm/unload"),
+        ("GET", "/v2/systemsharedmemory/status"),
+        ("GET", "/v2/logging"),
+        ("GET", "/v2/trace/setting"),
+    ],
+)
+def test_admin_apis_are_refused_without_the_admin_key(server: RunningServer, method: str, path: str) -> None:
+    reply = httpx.request(method, triton_http(server) + path, timeout=10)
+    assert reply.status_code == 403, reply.text
+    assert httpx.get(triton_http(server) + "/v2/models/llm/ready", timeout=10).status_code == 200
+
+
+def test_the_admin_key_opens_the_admin_apis(keyed_server: RunningServer) -> None:
+    url = triton_http(keyed_server) + "/v2/repository/index"
+    assert httpx.post(url, headers={ADMIN_KEY_HEADER: "wrong"}, timeout=10).status_code == 403
+    assert httpx.post(url, headers={ADMIN_KEY_HEADER: "admin"}, timeout=10).status_code == 200
+
+
+def test_inference_needs_the_key_and_the_proxy_sends_it(keyed_server: RunningServer) -> None:
+    error = triton_attack(keyed_server.grpc_url, HELLO)
+    assert error is not None and "restricted" in error, error
+    reply = httpx.post(keyed_server.openai_base_url + "/completions", json=NORMAL, timeout=60)
+    assert reply.status_code == 200, reply.text
+    infer = httpx.post(
+        triton_http(keyed_server) + "/v2/models/llm/infer",
+        json={"inputs": [{"name": "text_input", "shape": [1, 1], "datatype": "BYTES", "data": ["Hi"]}]},
+        timeout=60,
+    )
+    assert infer.status_code == 403
+    keyed = httpx.post(
+        triton_http(keyed_server) + "/v2/models/llm/infer",
+        json={"inputs": [{"name": "text_input", "shape": [1, 1], "datatype": "BYTES", "data": ["Hi"]}]},
+        headers={INFERENCE_KEY_HEADER: KEY},
+        timeout=60,
+    )
+    assert keyed.status_code != 403  # past the key (the decoupled model answers HTTP with its own error)
