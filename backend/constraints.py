@@ -37,12 +37,18 @@ logger = logging.getLogger(__name__)
 
 
 class GrammarCache:
-    """Compiled grammars, least recently used first out; a request gets a copy of the compiled matcher."""
+    """Compiled grammars, least recently used first out; a request gets a copy of the compiled matcher.
 
-    def __init__(self, tokenizer: LLTokenizer, capacity: int = 256) -> None:
+    Bounded by count and by the bytes of the grammars kept (a compiled matcher grows with its
+    grammar); grammars that failed are never kept.
+    """
+
+    def __init__(self, tokenizer: LLTokenizer, capacity: int = 256, max_bytes: int = 64 << 20) -> None:
         self._tokenizer = tokenizer
         self._capacity = capacity
+        self._max_bytes = max_bytes
         self._compiled: OrderedDict[str, LLMatcher] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
         self.compilations = 0
 
@@ -73,9 +79,12 @@ class GrammarCache:
             raise Unavailable(str(exc)) from None
         with self._lock:
             self.compilations += 1
+            if grammar not in self._compiled:
+                self._bytes += len(grammar)
             self._compiled[grammar] = template
-            while len(self._compiled) > self._capacity:
-                self._compiled.popitem(last=False)
+            while len(self._compiled) > self._capacity or (self._bytes > self._max_bytes and len(self._compiled) > 1):
+                dropped, _ = self._compiled.popitem(last=False)
+                self._bytes -= len(dropped)
             return template.deep_copy()
 
     def _compile(self, grammar: str) -> LLMatcher:
@@ -108,7 +117,8 @@ class GrammarCache:
     def evict(self, grammar: str) -> None:
         """Forget ``grammar``: a copy of it failed, and copies share the template's lexer state."""
         with self._lock:
-            self._compiled.pop(grammar, None)
+            if self._compiled.pop(grammar, None) is not None:
+                self._bytes -= len(grammar)
 
 
 @dataclass(eq=False)

@@ -8,7 +8,12 @@ flight and that a new request completes, and reports requests sent, completed, c
 errored and lost (must be 0), constrained outputs that fail their schema (must be 0), latency
 percentiles and the memory of the server's processes before and after.
 
+``--hostile-share F`` sends, in place of a fraction F of the requests, one of ``bench.hostile``'s
+attacks, which must each get a 400; the report then also says whether any of the server's
+processes (tritonserver, the python stub, the proxy) had to be restarted.
+
     .venv/bin/python -m bench.soak --clients 64 --seconds 180
+    .venv/bin/python -m bench.soak --clients 64 --seconds 360 --hostile-share 0.1 --name soak_hostile_cpu
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import jsonschema
 import numpy as np
 import openai
 
+from bench.hostile import PROXY_ATTACKS
 from bench.layers import SCHEMA, quiet_logging, running_server
 from bench.reports import write_report
 
@@ -96,6 +102,16 @@ class Soak:
         self.sent = 0
         self.random = random.Random(arguments.seed)
 
+    async def hostile(self, http: httpx.AsyncClient) -> None:
+        attack = self.random.choice(PROXY_ATTACKS)
+        self.sent += 1
+        reply = await http.post(
+            attack.path.lstrip("/"), content=attack.body, headers={"Content-Type": "application/json"}
+        )
+        self.outcomes["refused" if reply.status_code == 400 else "hostile_not_refused"] += 1
+        if reply.status_code != 400:
+            self.errors[f"{attack.name}: {reply.status_code}"] += 1
+
     async def one(self, index: int) -> None:
         stream = self.random.random() < 0.5
         constrained = self.random.random() < 0.5
@@ -146,10 +162,27 @@ class Soak:
             except (ValueError, jsonschema.ValidationError):
                 self.outcomes["invalid_constrained_output"] += 1
 
-    async def client_loop(self, deadline: float, counter: list[int]) -> None:
+    async def client_loop(self, deadline: float, counter: list[int], http: httpx.AsyncClient) -> None:
         while time.monotonic() < deadline and counter[0] < self.arguments.max_requests:
             counter[0] += 1
-            await self.one(counter[0])
+            if self.random.random() < self.arguments.hostile_share:
+                await self.hostile(http)
+            else:
+                await self.one(counter[0])
+
+
+def server_processes(root: int) -> frozenset[int]:
+    """Pids of ``root``'s tritonserver, python stubs and proxy workers: one that changes was restarted."""
+    names = (b"tritonserver", b"triton_python_backend_stub", b"spawn_main")
+    found = set()
+    for pid in process_tree(root) - {root}:
+        try:
+            command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if any(name in command_line for name in names) and b"resource_tracker" not in command_line:
+            found.add(pid)
+    return frozenset(found)
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float]:
@@ -175,7 +208,9 @@ async def run(arguments: argparse.Namespace, proxy_port: int, group: int) -> dic
                 await asyncio.sleep(arguments.seconds / 8)
 
         sampler = asyncio.create_task(sample_memory())
-        await asyncio.gather(*(soak.client_loop(deadline, counter) for _ in range(arguments.clients)))
+        processes_before = server_processes(group)
+        async with httpx.AsyncClient(base_url=f"{base}/v1/", timeout=HANG_TIMEOUT_S) as http:
+            await asyncio.gather(*(soak.client_loop(deadline, counter, http) for _ in range(arguments.clients)))
         sampler.cancel()
         elapsed = time.monotonic() - started
         settle = time.monotonic() + 30
@@ -187,7 +222,10 @@ async def run(arguments: argparse.Namespace, proxy_port: int, group: int) -> dic
             model=model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=5, temperature=0
         )
         memory_after = _rss_bytes(group)
-    accounted = sum(soak.outcomes[k] for k in ("completed", "cancelled", "errored", "hung"))
+        processes_after = server_processes(group)
+    accounted = sum(
+        soak.outcomes[k] for k in ("completed", "cancelled", "errored", "hung", "refused", "hostile_not_refused")
+    )
     return {
         "clients": arguments.clients,
         "seconds": round(elapsed, 1),
@@ -203,6 +241,8 @@ async def run(arguments: argparse.Namespace, proxy_port: int, group: int) -> dic
         "server_rss_mb_before": round(memory_before / 2**20),
         "server_rss_mb_after": round(memory_after / 2**20),
         "server_rss_mb_during": memory_series,
+        "hostile_share": arguments.hostile_share,
+        "server_processes_restarted": len(processes_before - processes_after),
     }
 
 
@@ -212,16 +252,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=180)
     parser.add_argument("--max-requests", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hostile-share", type=float, default=0.0, help="fraction of requests that are attacks")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument("--name", default="soak_cpu")
     arguments = parser.parse_args(argv)
     quiet_logging()
     arguments.out.mkdir(parents=True, exist_ok=True)
-    with running_server(arguments.out, "soak") as server:
+    with running_server(arguments.out, arguments.name) as server:
         report = asyncio.run(run(arguments, server.proxy_port, server.pid))
-    write_report(arguments.out / "soak_cpu.json", report)
+    write_report(arguments.out / f"{arguments.name}.json", report)
     logger.info("%s", json.dumps(report, indent=2))
-    if report["lost"] or report["outcomes"].get("hung") or report["outcomes"].get("invalid_constrained_output"):
-        raise SystemExit("requests were lost, hung or broke their schema")
+    outcomes = report["outcomes"]
+    if report["lost"] or any(outcomes.get(k) for k in ("hung", "invalid_constrained_output", "hostile_not_refused")):
+        raise SystemExit("requests were lost, hung, broke their schema or were not refused")
+    if report["server_processes_restarted"]:
+        raise SystemExit("a server process was restarted during the soak")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 from llgtriton.api_keys import accepted_keys
@@ -47,27 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _run_proxy(settings: Settings, triton: TritonProcess | None) -> int:
     """Serve the OpenAI API until stopped; 1 when it stopped because Triton (or the proxy's workers)
-    failed for good."""
-    if settings.proxy.workers > 1:
+    failed for good.
+
+    Beside a Triton this process supervises, the proxy runs in worker processes: a proxy that dies
+    is replaced, and it cannot take the supervisor (and with it Triton's restarts) down.
+    """
+    if settings.proxy.workers > 1 or triton is not None:
         return await _run_proxy_workers(settings, triton)
     from llgtriton.proxy_workers import uvicorn_server
 
-    server = uvicorn_server(settings)
-    failed = False
-
-    async def watch_triton() -> None:
-        nonlocal failed
-        if triton is not None:
-            await supervise(triton, settings.triton.max_restarts, lambda: server.should_exit)
-            failed = not server.should_exit
-            server.should_exit = True
-
-    watcher = asyncio.create_task(watch_triton())
-    try:
-        await server.serve()
-    finally:
-        watcher.cancel()
-    return 1 if failed else 0
+    await uvicorn_server(settings).serve()
+    return 0
 
 
 async def _run_proxy_workers(settings: Settings, triton: TritonProcess | None) -> int:
@@ -113,19 +104,26 @@ async def _run_proxy_workers(settings: Settings, triton: TritonProcess | None) -
     return 1 if failed else 0
 
 
+# Serving this long after a restart makes the next failure count as the first of a new run.
+STABLE_S = 60.0
+
+
 async def supervise(triton: TritonProcess, max_restarts: int, stopping: Callable[[], bool]) -> None:
-    """Watch tritonserver and its stubs; restart it when it fails, up to ``max_restarts`` times.
+    """Watch tritonserver and its stubs; restart it when it fails, up to ``max_restarts`` times in a row
+    (failures more than :data:`STABLE_S` apart are not in a row).
 
     Returns when ``stopping()`` is true or when it gives up. While Triton restarts the proxy keeps
     answering: ``/ready`` and generation requests get 503 until the model is back, and the requests
     that were in flight end with an error when the old server goes.
     """
-    stubs, restarts = triton.stub_pids(), 0
+    stubs, restarts, back_at = triton.stub_pids(), 0, time.monotonic()
     while not stopping():
         await asyncio.sleep(1)
         failure = triton.failure(stubs)
         if failure is None:
             continue
+        if time.monotonic() - back_at >= STABLE_S:
+            restarts = 0  # it served a while since the last restart: count this failure afresh
         if restarts >= max_restarts:
             logger.error("%s; restarted %d times already, stopping", failure, restarts)
             return
@@ -137,7 +135,7 @@ async def supervise(triton: TritonProcess, max_restarts: int, stopping: Callable
             logger.error("restarting tritonserver failed: %s", exc)
             return
         logger.info("Triton is back")
-        stubs = triton.stub_pids()
+        stubs, back_at = triton.stub_pids(), time.monotonic()
 
 
 def _start_triton(triton: TritonProcess, settings: Settings) -> None:

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,22 +78,41 @@ def uvicorn_server(settings: Settings, shared: SharedState | None = None) -> uvi
     return uvicorn.Server(config)
 
 
-def _serve_worker(
-    settings: Settings, listener: socket.socket, slots: ctypes.Array[ctypes.c_long], index: int, metrics_dir: Path
-) -> None:
+@dataclass(frozen=True)
+class WorkerShares:
+    """What the supervisor shares with its workers, each of which writes only its own index."""
+
+    slots: ctypes.Array[ctypes.c_long]  # requests in flight
+    ready: ctypes.Array[ctypes.c_byte]  # 1 once serving: tells a worker that died serving from one that cannot start
+    metrics_dir: Path
+
+
+def _serve_worker(settings: Settings, listener: socket.socket, index: int, shares: WorkerShares) -> None:
     """A worker process: serve the API on the supervisor's socket until SIGINT/SIGTERM."""
     # prometheus_client picks where values live when it is first imported: set the directory first.
     if "prometheus_client" in sys.modules:
         raise RuntimeError("prometheus_client was imported before its multiprocess directory was set")
-    os.environ[METRICS_DIR_VARIABLE] = str(metrics_dir)
+    os.environ[METRICS_DIR_VARIABLE] = str(shares.metrics_dir)
     configure_logging(settings.log_level)
 
     from proxy.app import SharedState
     from proxy.guards import SharedInFlight
 
+    supervisor = os.getppid()
+
     async def serve() -> None:  # the app, and its gRPC channel, are made on the loop that serves them
-        shared = SharedState(in_flight=SharedInFlight(slots, index), metrics_dir=metrics_dir)
-        await uvicorn_server(settings, shared).serve(sockets=[listener])
+        shared = SharedState(in_flight=SharedInFlight(shares.slots, index), metrics_dir=shares.metrics_dir)
+        server = uvicorn_server(settings, shared)
+        serving = asyncio.create_task(server.serve(sockets=[listener]))
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.05)
+        shares.ready[index] = 1
+        while not serving.done():  # a supervisor killed outright leaves no one to stop this worker
+            await asyncio.wait([serving], timeout=1.0)
+            if os.getppid() != supervisor:
+                logger.error("the supervisor (pid %d) is gone; stopping", supervisor)
+                server.should_exit = True
+        await serving
 
     asyncio.run(serve())
 
@@ -126,8 +146,11 @@ class ProxyWorkers:
         self._target = _serve_worker if target is None else target
         self._count = settings.proxy.workers
         self._context = multiprocessing.get_context("spawn")
-        self._slots = self._context.RawArray(ctypes.c_long, self._count)
-        self._metrics_dir = Path(tempfile.mkdtemp(prefix="llgtriton-proxy-metrics-"))
+        self._shares = WorkerShares(
+            slots=self._context.RawArray(ctypes.c_long, self._count),
+            ready=self._context.RawArray(ctypes.c_byte, self._count),
+            metrics_dir=Path(tempfile.mkdtemp(prefix="llgtriton-proxy-metrics-")),
+        )
         self._listener: socket.socket | None = None
         self._processes: list[BaseProcess] = []
         self._started = [0.0] * self._count
@@ -141,9 +164,10 @@ class ProxyWorkers:
 
     def _spawn(self, index: int) -> BaseProcess:
         self._started[index] = time.monotonic()
+        self._shares.ready[index] = 0
         process = self._context.Process(
             target=self._target,
-            args=(self._settings, self._listener, self._slots, index, self._metrics_dir),
+            args=(self._settings, self._listener, index, self._shares),
             name=f"llgtriton-proxy-{index}",
         )
         process.start()
@@ -152,8 +176,9 @@ class ProxyWorkers:
     def replace_dead(self) -> bool:
         """Start a new worker in place of each one that exited; its in-flight requests are gone.
 
-        False, starting none, when workers keep dying right after they start: a worker that cannot
-        serve at all would otherwise be restarted twice a second for ever.
+        False, starting none, when workers keep dying before they serve: a worker that cannot serve
+        at all would otherwise be restarted twice a second for ever. A worker that died while serving
+        (whatever killed it, a request included) is always replaced.
         """
         from prometheus_client.multiprocess import mark_process_dead
 
@@ -161,7 +186,8 @@ class ProxyWorkers:
             if process.is_alive():
                 continue
             lived = time.monotonic() - self._started[index]
-            self._early_exits = self._early_exits + 1 if lived < _EARLY_EXIT_S else 0
+            early = lived < _EARLY_EXIT_S and not self._shares.ready[index]
+            self._early_exits = self._early_exits + 1 if early else 0
             if self._early_exits >= _MAX_EARLY_EXITS:
                 logger.error(
                     "proxy worker %d (pid %s) exited with %s, %d workers in a row within %.0f s of starting; giving up",
@@ -177,8 +203,8 @@ class ProxyWorkers:
             )
             if process.pid is not None:
                 # Its in-flight gauges leave the sums; its counters stay in them.
-                mark_process_dead(process.pid, str(self._metrics_dir))  # type: ignore[no-untyped-call]
-            self._slots[index] = 0
+                mark_process_dead(process.pid, str(self._shares.metrics_dir))  # type: ignore[no-untyped-call]
+            self._shares.slots[index] = 0
             self._processes[index] = self._spawn(index)
         return True
 
@@ -196,4 +222,4 @@ class ProxyWorkers:
                 process.join()
         if self._listener is not None:
             self._listener.close()
-        shutil.rmtree(self._metrics_dir, ignore_errors=True)
+        shutil.rmtree(self._shares.metrics_dir, ignore_errors=True)

@@ -106,8 +106,8 @@ class TritonSettings(_Section):
     max_restarts: int = Field(
         3,
         ge=0,
-        description="'serve' restarts tritonserver this many times when it exits or the model's stub dies; "
-        "then llgtriton stops.",
+        description="'serve' restarts tritonserver when it exits or the model's stub dies, up to this many "
+        "times in a row (failures over 60 s apart are not in a row); then llgtriton stops.",
     )
     admin_key: SecretStr | None = Field(
         None,
@@ -121,6 +121,7 @@ class TritonSettings(_Section):
         "proxy sends it. Set it whenever others can reach Triton's ports: with proxy API keys on, an open Triton "
         "would bypass them (default: none; Triton listens on 127.0.0.1).",
     )
+
     @field_validator("admin_key", "inference_key")
     @classmethod
     def _token(cls, key: SecretStr | None) -> SecretStr | None:

@@ -103,9 +103,13 @@ def with_instances(config: str, instances: int) -> str:
     raise TritonLaunchError(f"the model's config.pbtxt has no instance_group count to set to {instances}")
 
 
-def prepare_runtime(settings: Settings, installation: TritonInstallation) -> RuntimeLayout:
+def runtime_dir(settings: Settings) -> Path:
     # One runtime directory per gRPC port, so several servers on one machine do not collide.
-    runtime = settings.engine.cache_dir / "triton-runtime" / str(settings.triton.grpc_port)
+    return settings.engine.cache_dir / "triton-runtime" / str(settings.triton.grpc_port)
+
+
+def prepare_runtime(settings: Settings, installation: TritonInstallation) -> RuntimeLayout:
+    runtime = runtime_dir(settings)
     backend = runtime / "backends" / "python"
     if backend.exists():
         shutil.rmtree(backend)
@@ -199,6 +203,43 @@ def live_children(parent: int, name: str) -> list[int]:
     return children
 
 
+def _command_line(pid: int) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def reap_orphans(runtime: Path) -> list[int]:
+    """SIGKILL what an earlier launcher of this runtime directory left behind; the pids killed.
+
+    A launcher killed outright leaves its tritonserver holding the ports (no new server can start),
+    and a stub whose tritonserver died keeps running, holding the model's memory, and ignores
+    SIGTERM. A process of this runtime is an orphan when its parent is neither an llgtriton
+    launcher nor a tritonserver.
+    """
+    marker = f"{runtime}/".encode()  # not a prefix of another port's directory
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if marker not in _command_line(int(entry.name)):
+            continue
+        parent = _command_line(int(stat[stat.rindex(")") + 2 :].split()[1]))
+        if b"llgtriton" in parent or b"tritonserver" in parent:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(entry.name), signal.SIGKILL)
+            killed.append(int(entry.name))
+    if killed:
+        logger.warning("killed %d processes an earlier server left behind: pids %s", len(killed), killed)
+    return killed
+
+
 def _kill_group(leader: int) -> None:
     """SIGKILL the process group that tritonserver leads: the server, and stubs that outlived it.
 
@@ -224,6 +265,7 @@ class TritonProcess:
 
     def start(self) -> None:
         installation = TritonInstallation.find()
+        reap_orphans(runtime_dir(self._settings))
         layout = prepare_runtime(self._settings, installation)
         argv = command(self._settings, installation, layout)
         logger.info("starting %s", " ".join(argv))

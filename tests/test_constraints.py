@@ -205,6 +205,15 @@ def test_a_grammar_that_does_not_compile_is_an_invalid_request(
         GrammarCache(guidance[0].tokenizer).matcher("start: missing_rule")
 
 
+def test_the_grammar_cache_is_bounded_by_bytes(guidance: tuple[GuidanceLogitsProcessor, GrammarCache]) -> None:
+    grammars = [grammar_for(GuideType.REGEX, f"[a-z]{{{i}}}x{'y' * 400}") for i in range(1, 5)]
+    cache = GrammarCache(guidance[0].tokenizer, max_bytes=2 * max(len(g) for g in grammars))
+    for grammar in grammars:
+        cache.matcher(grammar)
+    kept = [grammar for grammar in grammars if cache.cached_matcher(grammar) is not None]
+    assert kept == grammars[-2:]
+
+
 @pytest.mark.parametrize(
     ("guide_type", "guide", "match"),
     [

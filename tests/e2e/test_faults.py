@@ -7,6 +7,7 @@ the model is back, with no restart of the proxy.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -19,7 +20,7 @@ import openai
 import pytest
 
 from llgtriton.triton_server import STUB_NAME, live_children
-from tests.conftest import RunningServer, start_server, stop_server
+from tests.conftest import RunningServer, start_process, start_server, stop_server, triton_ports_argv
 
 pytestmark = pytest.mark.e2e
 
@@ -144,6 +145,21 @@ def test_stub_crash_ends_requests_in_flight_with_an_error_then_serves_again(
     assert "python backend stub" in own_server.log.read_text()
 
 
+def _proxy_workers(server: RunningServer) -> list[int]:
+    return live_children(server.process.pid, "spawn_main")
+
+
+def test_a_dead_proxy_is_replaced_and_the_supervisor_and_triton_carry_on(own_server: RunningServer) -> None:
+    """The proxy runs apart from the supervisor: a crash of it (a request's, say) takes nothing else down."""
+    (worker,) = _proxy_workers(own_server)
+    triton = _tritonserver(own_server)
+    os.kill(worker, signal.SIGKILL)
+    _wait_until_serving(own_server)
+    assert _proxy_workers(own_server) != [worker]
+    assert _tritonserver(own_server) == triton
+    assert "exited with -9; starting another" in own_server.log.read_text()
+
+
 def test_stopping_drains_the_streams_in_flight_then_exits_cleanly(
     own_server: RunningServer, request: pytest.FixtureRequest
 ) -> None:
@@ -170,3 +186,34 @@ def test_stopping_drains_the_streams_in_flight_then_exits_cleanly(
 def test_serve_log_shows_no_unexpected_tracebacks(own_server: RunningServer) -> None:
     log = Path(own_server.log).read_text()
     assert "Traceback" not in log, own_server.log_tail(80)
+
+
+def test_a_server_killed_outright_leaves_nothing_that_stops_the_next_one(tmp_path: Path) -> None:
+    """SIGKILL of the launcher orphans tritonserver (holding the ports) and its stub; the next start reaps them."""
+    first = start_server(tmp_path / "first.log")
+    orphan = _tritonserver(first)
+    orphan_stubs = _stubs(first)
+    (worker,) = _proxy_workers(first)
+    os.kill(first.process.pid, signal.SIGKILL)
+    first.process.wait()
+    assert _running(orphan)
+    deadline = time.monotonic() + 30
+    while _running(worker):  # the proxy worker sees its supervisor gone and stops by itself
+        assert time.monotonic() < deadline, "the orphaned proxy worker kept running"
+        time.sleep(0.2)
+    argv = [
+        "serve",
+        f"--proxy-port={first.proxy_port}",
+        f"--proxy-triton-url=127.0.0.1:{first.grpc_port}",
+        *triton_ports_argv(first.http_port, first.grpc_port, first.metrics_port),
+    ]
+    log = tmp_path / "second.log"
+    second = dataclasses.replace(
+        first, process=start_process(log, argv, f"http://127.0.0.1:{first.proxy_port}/ready"), log=log
+    )
+    try:
+        assert not _running(orphan) and not [pid for pid in orphan_stubs if _running(pid)]
+        assert "an earlier server left behind" in second.log.read_text()
+        _wait_until_serving(second)
+    finally:
+        stop_server(second)

@@ -64,7 +64,7 @@ def test_sigterm_stops_tritonserver_too(tmp_path: Path) -> None:
     """docker stop and Kubernetes send SIGTERM: Triton and its stub must not outlive the launcher."""
     server = start_server(tmp_path / "serve.log", "--engine-engine=synthetic")
     code = stop_process(server.process, signum=signal.SIGTERM)
-    assert code == 128 + signal.SIGTERM, server.log_tail()
+    assert code == 0, server.log_tail()  # a clean stop: the proxy workers drained, then Triton stopped
     assert "stopping tritonserver" in server.log_tail()
     assert not _tritonserver_running(server.grpc_port)
     assert not _port_open(server.grpc_port)
