@@ -21,6 +21,7 @@ from proxy.protocol import (
     CompletionRequest,
     ModelCard,
     ModelList,
+    request_models,
 )
 
 _MODELS: list[type[BaseModel]] = [
@@ -125,6 +126,18 @@ def _generation(summary: str, request: type[BaseModel], response: type[BaseModel
     }
 
 
+def _null_takes_the_default(components: dict[str, Any]) -> None:
+    """Request fields that have a default also accept null, which means the default (``_Request``)."""
+    for model in request_models():
+        properties = components.get(model.__name__, {}).get("properties", {})
+        for name, field in model.model_fields.items():
+            key = field.alias or name
+            if key in properties and not field.is_required() and field.default is not None:
+                schema = properties[key]
+                kept = {k: schema.pop(k) for k in ("default", "description", "title") if k in schema}
+                properties[key] = {"anyOf": [schema, {"type": "null"}], **kept}
+
+
 @functools.cache
 def openapi_document(served_model: str) -> dict[str, Any]:
     """The document for a proxy serving ``served_model`` (the one value ``model`` may take)."""
@@ -133,6 +146,7 @@ def openapi_document(served_model: str) -> dict[str, Any]:
         ref_template="#/components/schemas/{model}",
     )
     components = {**schemas.get("$defs", {}), "Error": _ERROR}
+    _null_takes_the_default(components)
     for request in (ChatCompletionRequest, CompletionRequest):
         properties = components[request.__name__]["properties"]
         properties["model"] = {"type": "string", "enum": [served_model]}

@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from llgtriton.wire import (
     LOGIT_BIAS_BOUND,
@@ -51,6 +51,28 @@ Seed = Annotated[int, Field(ge=0, le=UINT64_MAX), BeforeValidator(_integral)]
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        """OpenAI types optional fields "or null", and the SDK sends null for arguments passed as None:
+        null takes the field's default (a completion's ``max_tokens`` 16, ``temperature`` 1, ...)."""
+        if not isinstance(data, dict):
+            return data
+        defaulted = {
+            field.alias or name
+            for name, field in cls.model_fields.items()
+            if not field.is_required() and field.default is not None
+        }
+        return {key: value for key, value in data.items() if value is not None or key not in defaulted}
+
+
+def request_models(base: type[BaseModel] | None = None) -> list[type[BaseModel]]:
+    """Every request model (a body or a part of one), for the OpenAPI document."""
+    found: list[type[BaseModel]] = []
+    for model in (base or _Request).__subclasses__():
+        found += [model, *request_models(model)]
+    return found
 
 
 class TextPart(_Request):

@@ -70,19 +70,42 @@ def _functions(tools: Sequence[Tool]) -> tuple[Function, ...]:
     return functions
 
 
+def _rooted(node: Any, root: str) -> Any:
+    """``node`` with every local ``$ref`` ("#...") moved under the JSON pointer ``root``."""
+    if isinstance(node, list):
+        return [_rooted(item, root) for item in node]
+    if not isinstance(node, dict):
+        return node
+    moved = {key: _rooted(value, root) for key, value in node.items()}
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        moved["$ref"] = "#" + root + ref[1:]
+    return moved
+
+
 def _calls_schema(functions: Sequence[Function], parallel: bool) -> dict[str, Any]:
+    """A list of calls, each naming a function and holding its arguments.
+
+    Each function's schema sits whole under ``$defs/fn<i>`` of the combined schema, its references
+    rewritten to point there: pydantic's ``$defs``, older ``definitions`` and ``#`` itself still
+    resolve, and two functions' definitions of the same name do not collide.
+    """
+    definitions = {
+        f"fn{index}": {k: v for k, v in _rooted(f.parameters, f"/$defs/fn{index}").items() if k != "$schema"}
+        for index, f in enumerate(functions)
+    }
     call = {
         "anyOf": [
             {
                 "type": "object",
-                "properties": {"name": {"const": f.name}, "arguments": f.parameters},
+                "properties": {"name": {"const": f.name}, "arguments": {"$ref": f"#/$defs/fn{index}"}},
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             }
-            for f in functions
+            for index, f in enumerate(functions)
         ]
     }
-    schema: dict[str, Any] = {"type": "array", "items": call, "minItems": 1}
+    schema: dict[str, Any] = {"$defs": definitions, "type": "array", "items": call, "minItems": 1}
     if not parallel:
         schema["maxItems"] = 1
     return schema

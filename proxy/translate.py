@@ -148,6 +148,10 @@ def _constraints(request: _GenerationRequest) -> list[Constraint]:
 
 
 def _one_constraint(found: list[Constraint]) -> Constraint | None:
+    # The same constraint under two spellings (guidance sends guided_grammar and structured_outputs.grammar).
+    found = [
+        c for i, c in enumerate(found) if (c.guide_type, c.guide) not in {(d.guide_type, d.guide) for d in found[:i]}
+    ]
     if len(found) > 1:
         fields = " and ".join(c.param for c in found)
         raise InvalidRequestError(f"one constraint per request; got {fields}", param=found[1].param)

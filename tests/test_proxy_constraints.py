@@ -17,8 +17,10 @@ from openai.types.chat import ChatCompletionMessageToolCall
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
 from llgtriton import wire
+from llgtriton.guides import grammar_for
 from llgtriton.wire import GuideType
 from proxy.tools import TOOL_CALL_MARKER
+from tests.test_guides import accepts
 from tests.test_proxy_app import (
     MODEL,
     USER,
@@ -667,3 +669,62 @@ async def test_sdk_sends_tool_messages(sdk: openai.AsyncOpenAI, client: Scripted
         wire.ChatMessage("tool", "sunny"),
     )
     assert client.requests[0].guide_type is None
+
+
+# What the client libraries send (issue 37) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_null_optional_fields_take_their_defaults(
+    http: httpx.AsyncClient, client: ScriptedClient, path: str
+) -> None:
+    """The SDK sends null for arguments passed as None, guidance always sends "top_p": null."""
+    nulls = dict.fromkeys(("temperature", "top_p", "n", "presence_penalty", "frequency_penalty", "stream", "top_k"))
+    request = await _constraint(http, client, path, **nulls, max_tokens=None)
+    assert (request.temperature, request.top_p, request.top_k, request.stream) == (1.0, 1.0, 0, False)
+    assert (request.presence_penalty, request.frequency_penalty) == (0.0, 0.0)
+    assert request.max_tokens == (16 if path == COMPLETIONS else None)  # OpenAI's defaults: 16, and no limit
+
+
+async def test_the_same_constraint_under_two_spellings_is_one(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    grammar = 'start: "yes" | "no"'
+    request = await _constraint(
+        http, client, COMPLETIONS, guided_grammar=grammar, structured_outputs={"grammar": grammar}
+    )
+    assert (request.guide_type, request.guide) == (GuideType.LARK, grammar)
+
+
+UNIT_PARAMETERS: dict[str, Any] = {  # what pydantic writes for a model with an enum field
+    "$defs": {"Unit": {"enum": ["c", "f"], "title": "Unit", "type": "string"}},
+    "properties": {"city": {"type": "string"}, "unit": {"$ref": "#/$defs/Unit"}},
+    "required": ["city", "unit"],
+    "title": "Weather",
+    "type": "object",
+}
+LEGACY_PARAMETERS: dict[str, Any] = {
+    "definitions": {"Tz": {"type": "string", "enum": ["UTC", "CET"]}},
+    "type": "object",
+    "properties": {"tz": {"$ref": "#/definitions/Tz"}, "next": {"$ref": "#"}},
+}
+
+
+@pytest.mark.parametrize("tool_choice", ["required", "auto"])
+async def test_tool_parameters_keep_their_own_references(
+    http: httpx.AsyncClient, client: ScriptedClient, tool_choice: str
+) -> None:
+    """Each function's schema keeps its own root: $defs, definitions and '#' itself resolve."""
+    tools = [
+        {"type": "function", "function": {"name": "weather", "parameters": UNIT_PARAMETERS}},
+        {"type": "function", "function": {"name": "clock", "parameters": LEGACY_PARAMETERS}},
+    ]
+    request = await _constraint(http, client, CHAT, tools=tools, tool_choice=tool_choice)
+    assert request.guide_type is not None
+    grammar = grammar_for(request.guide_type, request.guide)
+    prefix = TOOL_CALL_MARKER if tool_choice == "auto" else ""
+    good = (
+        '[{"name": "weather", "arguments": {"city": "Oslo", "unit": "c"}}, '
+        '{"name": "clock", "arguments": {"tz": "UTC", "next": {"tz": "CET"}}}]'
+    )
+    assert accepts(grammar, prefix + good)
+    assert not accepts(grammar, prefix + good.replace('"c"', '"kelvin"'))
+    assert not accepts(grammar, prefix + good.replace('"CET"', '"PST"'))

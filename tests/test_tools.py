@@ -144,7 +144,8 @@ def test_required_plan(parallel: bool | None, max_items: int | None) -> None:
         {"const": "get_weather"},
         {"const": "get_time"},
     ]
-    assert schema["items"]["anyOf"][0]["properties"]["arguments"] == WEATHER_PARAMETERS
+    arguments = schema["items"]["anyOf"][0]["properties"]["arguments"]
+    assert schema["$defs"][arguments["$ref"].removeprefix("#/$defs/")] == WEATHER_PARAMETERS
     assert "get_weather" in made.instructions
     assert "get_time" in made.instructions
 
