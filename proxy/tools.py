@@ -116,8 +116,14 @@ def _describe(functions: Sequence[Function]) -> str:
     return "You can call these functions:\n" + json.dumps(listed, ensure_ascii=False)
 
 
-def plan_tools(tools: Sequence[Tool] | None, tool_choice: ToolChoice, parallel: bool | None) -> ToolPlan | None:
-    """The constraint and instructions for a request's tools; None when no tool can be called."""
+def plan_tools(
+    tools: Sequence[Tool] | None, tool_choice: ToolChoice, parallel: bool | None, answer_schema: str | None = None
+) -> ToolPlan | None:
+    """The constraint and instructions for a request's tools; None when no tool can be called.
+
+    ``answer_schema`` (JSON text), from ``response_format``: under ``auto`` the model answers in that
+    format or calls functions, as OpenAI does; ``required`` and a named function call regardless.
+    """
     if not tools:
         if tool_choice not in (None, "none", "auto"):
             raise InvalidRequestError("tool_choice needs tools", param="tool_choice")
@@ -135,11 +141,13 @@ def plan_tools(tools: Sequence[Tool] | None, tool_choice: ToolChoice, parallel: 
             f"{_describe(functions)}\nReply with {call_format}.",
         )  # fmt: skip
     if choice == "auto":
-        grammar = f'start: TEXT | "{TOOL_CALL_MARKER}" calls\nTEXT: /[^<](.|\\n)*/\ncalls: %json {calls}'
+        answer = "TEXT\nTEXT: /[^<](.|\\n)*/" if answer_schema is None else f"answer\nanswer: %json {answer_schema}"
+        grammar = f'start: "{TOOL_CALL_MARKER}" calls | {answer}\ncalls: %json {calls}'
+        otherwise = "otherwise reply normally" if answer_schema is None else "otherwise reply with the JSON answer"
         return ToolPlan(
             ToolMode.AUTO, functions, parallel, GuideType.LARK, grammar,
             f"{_describe(functions)}\nTo call functions, reply with {TOOL_CALL_MARKER} followed by {call_format}; "
-            "otherwise reply normally.",
+            f"{otherwise}.",
         )  # fmt: skip
     assert isinstance(choice, NamedToolChoice)  # the request model admits nothing else
     name = choice.function.name

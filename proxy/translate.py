@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llgtriton import wire
-from llgtriton.guides import CompilerBusy, GuideError, check_grammar, grammar_for
+from llgtriton.guides import ANY_JSON_OBJECT, CompilerBusy, GuideError, check_grammar, grammar_for
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError, ServiceUnavailableError
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, StructuredOutputs, _GenerationRequest
@@ -147,6 +147,20 @@ def _constraints(request: _GenerationRequest) -> list[Constraint]:
     return found
 
 
+_JSON_TYPES = (GuideType.JSON, GuideType.JSON_SCHEMA)
+
+
+def _json_answer(found: list[Constraint]) -> str | None:
+    """The JSON schema (text) of a request's one JSON answer format, or None."""
+    distinct = {(c.guide_type, c.guide) for c in found}
+    if len(distinct) != 1:
+        return None
+    guide_type, guide = distinct.pop()
+    if guide_type not in _JSON_TYPES:
+        return None
+    return guide or json.dumps(ANY_JSON_OBJECT)
+
+
 def _one_constraint(found: list[Constraint]) -> Constraint | None:
     # The same constraint under two spellings (guidance sends guided_grammar and structured_outputs.grammar).
     found = [
@@ -196,9 +210,12 @@ def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
     if request.top_logprobs and not request.logprobs:
         raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
     found = _constraints(request)
-    plan = plan_tools(request.tools, request.tool_choice, request.parallel_tool_calls)
+    answer = _json_answer(found)
+    plan = plan_tools(request.tools, request.tool_choice, request.parallel_tool_calls, answer)
     if plan is not None:
-        found.append(Constraint(plan.guide_type, plan.guide, "tools"))
+        # A JSON answer format composes with tools (the plan holds it); any other constraint does not.
+        kept = [c for c in found if answer is None or c.guide_type not in _JSON_TYPES]
+        found = [*kept, Constraint(plan.guide_type, plan.guide, "tools")]
     constraint = _one_constraint(found)
     messages = tuple(wire.ChatMessage(role=m.role, content=m.text()) for m in request.messages)
     if plan is not None:

@@ -188,13 +188,42 @@ async def test_two_constraints_at_once_is_a_400(
 
 
 @pytest.mark.parametrize("tool_choice", ["required", "auto", NAMED])
-async def test_tools_and_a_constraint_at_once_is_a_400(
+async def test_tools_and_a_non_json_constraint_at_once_is_a_400(
     http: httpx.AsyncClient, client: ScriptedClient, tool_choice: Any
 ) -> None:
-    body = _chat(tools=TOOLS, tool_choice=tool_choice, response_format={"type": "json_object"})
+    body = _chat(tools=TOOLS, tool_choice=tool_choice, guided_regex="[a-z]+")
     error = _assert_error(await http.post(CHAT, json=body), 400, "invalid_request_error", param="tools")
     assert "one constraint per request" in error["message"]
     assert client.requests == []
+
+
+ANSWER = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+
+
+@pytest.mark.parametrize(
+    "response_format",
+    [{"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER}}, {"type": "json_object"}],
+    ids=["json_schema", "json_object"],
+)
+async def test_tools_with_a_response_format_answer_in_the_format_or_call(
+    http: httpx.AsyncClient, client: ScriptedClient, response_format: dict[str, Any]
+) -> None:
+    """openai-agents' Agent(output_type=X, tools=[...]) and the SDK's parse(response_format=..., tools=...)."""
+    request = await _constraint(http, client, CHAT, tools=TOOLS, tool_choice="auto", response_format=response_format)
+    assert request.guide_type is GuideType.LARK and request.guide is not None
+    assert accepts(request.guide, '{"answer": 42}')
+    assert accepts(request.guide, TOOL_CALL_MARKER + '[{"name": "get_time", "arguments": {"tz": "UTC"}}]')
+    assert not accepts(request.guide, "The answer is 42.")
+
+
+async def test_tools_required_with_a_response_format_call(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    response_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER}}
+    request = await _constraint(
+        http, client, CHAT, tools=TOOLS, tool_choice="required", response_format=response_format
+    )
+    assert request.guide_type is GuideType.JSON_SCHEMA and request.guide is not None
+    assert accepts(grammar_for(request.guide_type, request.guide), TWO_CALLS)
+    assert not accepts(grammar_for(request.guide_type, request.guide), '{"answer": 42}')
 
 
 async def test_tool_choice_none_leaves_room_for_a_constraint(http: httpx.AsyncClient, client: ScriptedClient) -> None:
