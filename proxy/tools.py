@@ -23,6 +23,7 @@ from typing import Any
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError
 from proxy.protocol import ChatDelta, FunctionCallDelta, NamedToolChoice, Tool, ToolCallDelta, ToolChoice
+from proxy.schemas import closed_objects
 
 TOOL_CALL_MARKER = "<tool_call>"
 _EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
@@ -61,7 +62,11 @@ class ParsedCall:
 def _functions(tools: Sequence[Tool]) -> tuple[Function, ...]:
     """The tools' functions; their shapes were checked when the request was parsed."""
     functions = tuple(
-        Function(tool.function.name, tool.function.description or "", tool.function.parameters or _EMPTY_PARAMETERS)
+        Function(
+            tool.function.name,
+            tool.function.description or "",
+            closed_objects(tool.function.parameters or _EMPTY_PARAMETERS),  # arguments are read by code
+        )
         for tool in tools
     )
     names = [f.name for f in functions]

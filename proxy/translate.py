@@ -21,6 +21,7 @@ from llgtriton.guides import ANY_JSON_OBJECT, CompilerBusy, GuideError, check_gr
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError, ServiceUnavailableError
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, StructuredOutputs, _GenerationRequest
+from proxy.schemas import closed_objects
 from proxy.tools import ToolPlan, plan_tools
 
 logger = logging.getLogger(__name__)
@@ -129,8 +130,10 @@ def _constraints(request: _GenerationRequest) -> list[Constraint]:
         spec = response_format.json_schema
         if spec is None or spec.schema_ is None:
             raise InvalidRequestError("response_format json_schema needs json_schema.schema", param="response_format")
-        # strict or not, the schema is enforced: a constraint is never weakened silently.
-        found.append(Constraint(GuideType.JSON_SCHEMA, json.dumps(spec.schema_), "response_format"))
+        # strict or not, the schema is enforced: a constraint is never weakened silently. Strict, as at
+        # OpenAI, objects are closed.
+        schema = closed_objects(spec.schema_) if spec.strict else spec.schema_
+        found.append(Constraint(GuideType.JSON_SCHEMA, json.dumps(schema), "response_format"))
     if request.structured_outputs is not None:
         found.append(_structured(request.structured_outputs, "structured_outputs"))
     legacy = StructuredOutputs.model_validate(

@@ -145,7 +145,10 @@ def test_required_plan(parallel: bool | None, max_items: int | None) -> None:
         {"const": "get_time"},
     ]
     arguments = schema["items"]["anyOf"][0]["properties"]["arguments"]
-    assert schema["$defs"][arguments["$ref"].removeprefix("#/$defs/")] == WEATHER_PARAMETERS
+    assert schema["$defs"][arguments["$ref"].removeprefix("#/$defs/")] == {
+        **WEATHER_PARAMETERS,
+        "additionalProperties": False,
+    }
     assert "get_weather" in made.instructions
     assert "get_time" in made.instructions
 
@@ -163,7 +166,7 @@ def test_named_plan() -> None:
 def test_function_without_parameters_takes_an_empty_object() -> None:
     bare = {"type": "function", "function": {"name": "ping"}}
     made = plan({"type": "function", "function": {"name": "ping"}}, tools=[bare])
-    assert json.loads(made.guide) == {"type": "object", "properties": {}}
+    assert json.loads(made.guide) == {"type": "object", "properties": {}, "additionalProperties": False}
     assert made.functions[0].description == ""
     assert accepts(grammar(made), "{}")
 
