@@ -12,11 +12,12 @@ serves; this benchmark times each refusal and the normal request sent right afte
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import queue
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -214,39 +215,33 @@ def normal_request_seconds(base_url: str) -> float:
     return time.perf_counter() - started
 
 
+def _row(via: str, case: str, base_url: str, attack: Callable[[], tuple[str, str]]) -> dict[str, Any]:
+    """Run ``attack`` (it returns the answer's status and message), then time a normal request."""
+    started = time.perf_counter()
+    status, message = attack()
+    refused = time.perf_counter() - started
+    logger.info("%-50s %s in %.3f s", case, status, refused)
+    return {
+        "via": via,
+        "case": case,
+        "status": status,
+        "refusal_s": round(refused, 3),
+        "message": message[:200],
+        "next_request_s": round(normal_request_seconds(base_url), 3),
+    }
+
+
 def measure(base_url: str, grpc_url: str) -> list[dict[str, Any]]:
-    rows = []
-    for attack in PROXY_ATTACKS:
-        started = time.perf_counter()
+    def through_proxy(attack: ProxyAttack) -> tuple[str, str]:
         reply = proxy_attack(base_url, attack)
-        refused = time.perf_counter() - started
-        rows.append(
-            {
-                "via": "proxy",
-                "case": attack.name,
-                "status": reply.status_code,
-                "refusal_s": round(refused, 3),
-                "message": reply.json().get("error", {}).get("message", "")[:200],
-                "next_request_s": round(normal_request_seconds(base_url), 3),
-            }
-        )
-        logger.info("%-50s %d in %.3f s", attack.name, reply.status_code, refused)
-    for triton in TRITON_ATTACKS:
-        started = time.perf_counter()
-        error = triton_attack(grpc_url, triton)
-        refused = time.perf_counter() - started
-        rows.append(
-            {
-                "via": "triton",
-                "case": triton.name,
-                "status": (error or "answered").split(" ")[0],
-                "refusal_s": round(refused, 3),
-                "message": (error or "")[:200],
-                "next_request_s": round(normal_request_seconds(base_url), 3),
-            }
-        )
-        logger.info("%-50s %s in %.3f s", triton.name, rows[-1]["status"], refused)
-    return rows
+        return str(reply.status_code), str(reply.json().get("error", {}).get("message", ""))
+
+    def at_triton(attack: TritonAttack) -> tuple[str, str]:
+        error = triton_attack(grpc_url, attack)
+        return (error or "answered").split(" ")[0], error or ""
+
+    rows = [_row("proxy", a.name, base_url, functools.partial(through_proxy, a)) for a in PROXY_ATTACKS]
+    return rows + [_row("triton", a.name, base_url, functools.partial(at_triton, a)) for a in TRITON_ATTACKS]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
