@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import torch
@@ -13,9 +15,10 @@ from transformers import PreTrainedModel
 from backend.chat_template import ChatTemplate
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
 from backend.engine import Engine
-from backend.errors import InvalidRequest
+from backend.errors import BackendError, InvalidRequest, Unavailable
 from backend.masking import bitmask_applier
 from backend.model_loader import load_model
+from backend.output_stream import deliver_failure
 from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.response_pump import ResponsePump
 from backend.scheduler import Scheduler
@@ -28,6 +31,8 @@ from llgtriton.settings import EngineSettings
 from llgtriton.wire import LOGIT_BIAS_BOUND, MAX_PENALTY, MAX_TEMPERATURE, MAX_TOP_LOGPROBS, GenerationRequest
 
 logger = logging.getLogger(__name__)
+
+ADMISSION_THREADS = 2  # prepare requests (tokenize, convert constraints) off Triton's execute()
 
 
 def _check(condition: bool, message: str) -> None:
@@ -88,8 +93,13 @@ class GenerationService:
         vocab_size: int,
         max_model_len: int,
         pump: ResponsePump | None = None,
+        max_admitting: int = 256,
     ) -> None:
         self._pump = pump
+        self._admission = ThreadPoolExecutor(max_workers=ADMISSION_THREADS, thread_name_prefix="llgtriton-admit")
+        self._admitting = 0
+        self._max_admitting = max_admitting
+        self._admitting_lock = threading.Lock()
         self._vocab_size = vocab_size
         self._tokenizer = tokenizer
         self._max_model_len = max_model_len
@@ -135,6 +145,7 @@ class GenerationService:
             vocab_size=engine.vocab_size,
             max_model_len=loaded.max_model_len,
             pump=response_pump(settings),
+            max_admitting=settings.max_queue_size,
         )
 
     @property
@@ -207,7 +218,39 @@ class GenerationService:
         )
 
     def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
-        """Validate and enqueue; raises a :class:`BackendError` for a request that cannot be served."""
+        """Validate, tokenize and enqueue on an admission thread: Triton's ``execute()`` returns at once,
+        whatever a request's prompt or constraint costs to prepare (a 2,000-rule GBNF grammar takes
+        2 s to convert). A request that cannot be served fails its sink; raises :class:`Unavailable`
+        when more requests are being admitted than the backend's queue holds.
+        """
+        with self._admitting_lock:
+            if self._admitting >= self._max_admitting:
+                raise Unavailable(f"{self._admitting} requests are being admitted already; try again later")
+            self._admitting += 1
+        try:
+            self._admission.submit(self._admit, request, request_id, sink)
+        except RuntimeError:  # shut down
+            self._admitted()
+            raise Unavailable("the backend is shutting down") from None
+
+    def _admit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
+        try:
+            self.submit_now(request, request_id, sink)
+        except BackendError as exc:
+            logger.info("request %s refused: %s", request_id, exc)
+            deliver_failure(sink, exc)
+        except Exception as exc:  # a bug: this request fails, the service goes on
+            logger.exception("admitting request %s failed", request_id)
+            deliver_failure(sink, BackendError(f"admitting the request failed: {exc}"))
+        finally:
+            self._admitted()
+
+    def _admitted(self) -> None:
+        with self._admitting_lock:
+            self._admitting -= 1
+
+    def submit_now(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
+        """Validate and enqueue on this thread; raises a :class:`BackendError` for a request that cannot be served."""
         prepared = self.prepare(request, request_id)
         if self._pump is None:
             self._scheduler.submit(prepared, sink)
@@ -220,6 +263,7 @@ class GenerationService:
             raise
 
     def shutdown(self) -> None:
+        self._admission.shutdown(wait=True, cancel_futures=False)
         self._scheduler.shutdown()
         if self._pump is not None:
             self._pump.close()
@@ -284,6 +328,7 @@ def start_service(settings: EngineSettings) -> GenerationService | SyntheticServ
             vocab_size=model.vocab_size,
             max_model_len=model.max_model_len,
             pump=response_pump(settings),
+            max_admitting=settings.max_queue_size,
         )
         logger.info("ready: %s on TensorRT-LLM (%s), context %d tokens", model.name, model.kind, model.max_model_len)
         return service

@@ -12,6 +12,7 @@ serves; this benchmark times each refusal and the normal request sent right afte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -26,6 +27,7 @@ from typing import Any
 import httpx
 import numpy as np
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from bench.layers import quiet_logging, running_server
 from bench.reports import host_cpu, write_report
@@ -187,7 +189,11 @@ def triton_attack(grpc_url: str, attack: TritonAttack) -> str | None:
     results: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     try:
-        client.async_stream_infer("llm", [*tensors, max_tokens], request_id="hostile", enable_empty_final_response=True)
+        # A stream refused as it opens (a restricted API) raises here; the callback has the reason.
+        with contextlib.suppress(InferenceServerException):
+            client.async_stream_infer(
+                "llm", [*tensors, max_tokens], request_id="hostile", enable_empty_final_response=True
+            )
         while True:
             result, error = results.get(timeout=120)
             if error is not None:
