@@ -209,7 +209,15 @@ def _with_instructions(messages: tuple[wire.ChatMessage, ...], instructions: str
     return (wire.ChatMessage(role="system", content=instructions), *messages)
 
 
+# OpenAI's deprecated function calling: unknown fields are otherwise ignored, and ignoring these
+# would answer in unconstrained text where the client expects a call.
+_LEGACY_FUNCTION_FIELDS = ("functions", "function_call")
+
+
 def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
+    for name in _LEGACY_FUNCTION_FIELDS:
+        if (request.model_extra or {}).get(name) is not None:
+            raise _refuse(f"{name} (deprecated; send tools and tool_choice instead)", name)
     if request.top_logprobs and not request.logprobs:
         raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
     found = _constraints(request)

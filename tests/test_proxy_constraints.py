@@ -760,3 +760,25 @@ async def test_tool_parameters_keep_their_own_references(
     assert accepts(grammar, prefix + good)
     assert not accepts(grammar, prefix + good.replace('"c"', '"kelvin"'))
     assert not accepts(grammar, prefix + good.replace('"CET"', '"PST"'))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"functions": [{"name": "f", "parameters": {"type": "object"}}]},
+        {"functions": [{"name": "f", "parameters": {"type": "object"}}], "function_call": "auto"},
+        {"function_call": {"name": "f"}},
+    ],
+)
+async def test_legacy_function_calling_is_refused_not_ignored(
+    http: httpx.AsyncClient, client: ScriptedClient, fields: dict[str, Any]
+) -> None:
+    """Ignored, these would get unconstrained text where the client expects a call."""
+    error = _assert_error(await http.post(CHAT, json=_chat(**fields)), 400, "invalid_request_error")
+    assert error["code"] == "unsupported_parameter" and error["param"] in ("functions", "function_call")
+    assert "tools" in error["message"]
+    assert client.requests == []
+
+
+async def test_legacy_fields_sent_as_null_are_fine(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    await _constraint(http, client, CHAT, functions=None, function_call=None)
