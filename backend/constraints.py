@@ -64,9 +64,9 @@ class GrammarCache:
     def matcher(self, grammar: str) -> LLMatcher:
         """A fresh matcher for ``grammar``; raises :class:`InvalidRequest` if it does not compile.
 
-        The first mask is computed once on a copy before the grammar is kept: limits that llguidance
-        meets only while generating (more than 2,000 items in an Earley row, a lexer out of
-        expressions) then refuse the request here, with the limit named, instead of failing it mid-way.
+        A new grammar is tried on fresh copies before it is kept (:meth:`_probe`): limits that
+        llguidance meets only while generating (more than 2,000 items in an Earley row, a lexer out
+        of expressions) then refuse the request here, with the limit named, instead of mid-way.
         """
         cached = self.cached_matcher(grammar)
         if cached is not None:
