@@ -120,8 +120,10 @@ def test_connections_beyond_the_limit_get_503(proxy: int) -> None:
     held = []
     try:
         for _ in range(MAX_CONNECTIONS):
-            held.append(connect(proxy))
-        time.sleep(0.2)  # let the proxy accept them all
+            sock = connect(proxy)
+            held.append(sock)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert response_of(sock)[0] == 200  # accepted and counted; kept alive for the next request
         with connect(proxy) as extra:
             status, _ = response_of(extra)
         assert status == 503
