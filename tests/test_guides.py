@@ -491,8 +491,8 @@ def test_compiles_beyond_the_concurrency_bound_are_told_to_come_back() -> None:
     release = threading.Event()
     try:
         for _ in range(MAX_CONCURRENT_COMPILES):  # each outlives its wait and keeps its slot
-            with pytest.raises(GuideError):
-                on_compile_thread(lambda: release.wait(30), timeout_s=0.01)
+            with pytest.raises(GuideError):  # (1 s: time for a slot an earlier test's compile still holds)
+                on_compile_thread(lambda: release.wait(30), timeout_s=1.0)
         with pytest.raises(CompilerBusy):
             on_compile_thread(lambda: None, timeout_s=0.1)
     finally:
