@@ -6,6 +6,7 @@ Every error a client can see is a :class:`ProxyError` with an HTTP status and an
 
 from __future__ import annotations
 
+import http
 import json
 import re
 from typing import Any
@@ -55,6 +56,13 @@ class RequestTimeoutError(ProxyError):
     """408: the client did not send its request's body within ``proxy.body_timeout_s``."""
 
     status = 408
+    type = "invalid_request_error"
+
+
+class HeadersTooLargeError(ProxyError):
+    """431: the request line and headers are larger than ``proxy.max_header_bytes``."""
+
+    status = 431
     type = "invalid_request_error"
 
 
@@ -111,14 +119,29 @@ def as_proxy_error(error: BaseException) -> ProxyError:
 RETRY_AFTER_SECONDS = 1
 
 
+def _headers(error: ProxyError) -> dict[str, str]:
+    headers = {}
+    if error.status in {429, 503}:  # come back soon
+        headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    if error.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return headers
+
+
 def http_response(error: BaseException) -> JSONResponse:
     proxy_error = as_proxy_error(error)
-    headers = {}
-    if proxy_error.status in {429, 503}:  # come back soon
-        headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    if proxy_error.status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
+    headers = _headers(proxy_error)
     return JSONResponse(error_body(proxy_error), status_code=proxy_error.status, headers=headers or None)
+
+
+def raw_http_response(error: ProxyError) -> bytes:
+    """The whole HTTP/1.1 response for ``error``, closing the connection: for refusals made before a
+    request reaches the app (``proxy.http_protocol``)."""
+    body = json.dumps(error_body(error)).encode()
+    head = [f"HTTP/1.1 {error.status} {http.HTTPStatus(error.status).phrase}"]
+    head += [f"{name}: {value}" for name, value in _headers(error).items()]
+    head += ["content-type: application/json", f"content-length: {len(body)}", "connection: close"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body
 
 
 def sse_event(error: BaseException) -> bytes:

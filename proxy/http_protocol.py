@@ -3,32 +3,26 @@
 uvicorn waits for a request's headers forever, buffers headers of any size and answers malformed
 requests in plain text. Here a connection gets ``header_timeout_s`` to send its request line and
 headers (408), at most ``max_header_bytes`` of them (431), the process holds at most
-``max_connections`` connections (503), and these refusals and malformed requests get the same
-JSON error body as every other error.
+``max_connections`` connections (503), and these refusals and malformed requests are
+``proxy.errors`` errors like every other, with the same body and headers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import http
-import json
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from llgtriton.settings import ProxySettings
-
-
-def error_bytes(status: int, message: str, error_type: str) -> bytes:
-    """A whole HTTP/1.1 response with an OpenAI error body, closing the connection."""
-    body = json.dumps({"error": {"message": message, "type": error_type, "param": None, "code": None}}).encode()
-    head = (
-        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
-        "content-type: application/json\r\n"
-        f"content-length: {len(body)}\r\n"
-        "connection: close\r\n\r\n"
-    )
-    return head.encode("ascii") + body
+from proxy.errors import (
+    HeadersTooLargeError,
+    InvalidRequestError,
+    ProxyError,
+    RequestTimeoutError,
+    ServiceUnavailableError,
+    raw_http_response,
+)
 
 
 class _HeadersTooLarge(Exception):
@@ -49,7 +43,7 @@ def guarded_protocol(settings: ProxySettings) -> type[HttpToolsProtocol]:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             if len(self.connections) > settings.max_connections:
-                self._refuse(503, f"more than {settings.max_connections} open connections", "server_error")
+                self._refuse(ServiceUnavailableError(f"more than {settings.max_connections} open connections"))
                 return
             self._await_headers()
 
@@ -82,7 +76,7 @@ def guarded_protocol(settings: ProxySettings) -> type[HttpToolsProtocol]:
 
         def _headers_too_large(self) -> None:
             limit = settings.max_header_bytes
-            self._refuse(431, f"the request line and headers exceed {limit} bytes", "invalid_request_error")
+            self._refuse(HeadersTooLargeError(f"the request line and headers exceed {limit} bytes"))
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -99,7 +93,7 @@ def guarded_protocol(settings: ProxySettings) -> type[HttpToolsProtocol]:
             if self._parsed_header_bytes > settings.max_header_bytes:
                 self._headers_too_large()
             else:
-                self._refuse(400, f"malformed HTTP request: {msg}", "invalid_request_error")
+                self._refuse(InvalidRequestError(f"malformed HTTP request: {msg}"))
 
         def _await_headers(self) -> None:
             self._stop_deadline()
@@ -109,7 +103,7 @@ def guarded_protocol(settings: ProxySettings) -> type[HttpToolsProtocol]:
             self._header_deadline = None
             if self._in_headers or self._between_requests():  # not while a body is on its way (body_timeout_s)
                 seconds = settings.header_timeout_s
-                self._refuse(408, f"the request's headers did not arrive within {seconds:g} s", "invalid_request_error")
+                self._refuse(RequestTimeoutError(f"the request's headers did not arrive within {seconds:g} s"))
 
         def _between_requests(self) -> bool:
             return self.cycle is None or self.cycle.response_complete
@@ -119,10 +113,10 @@ def guarded_protocol(settings: ProxySettings) -> type[HttpToolsProtocol]:
                 self._header_deadline.cancel()
                 self._header_deadline = None
 
-        def _refuse(self, status: int, message: str, error_type: str) -> None:
+        def _refuse(self, error: ProxyError) -> None:
             self._stop_deadline()
             if not self.transport.is_closing():
-                self.transport.write(error_bytes(status, message, error_type))
+                self.transport.write(raw_http_response(error))
                 self.transport.close()
 
     return GuardedHttpToolsProtocol
