@@ -21,7 +21,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,28 +186,31 @@ def environment(settings: Settings, installation: TritonInstallation, base: Mapp
 STUB_NAME = "triton_python_backend_stub"
 
 
-def live_children(parent: int, name: str) -> list[int]:
-    """Pids of the running (not zombie) children of ``parent`` whose command line contains ``name``."""
-    children = []
+@dataclass(frozen=True)
+class _Process:
+    pid: int
+    parent: int
+    running: bool  # not a zombie
+    command_line: bytes
+
+
+def _processes() -> Iterator[_Process]:
+    """Every process in ``/proc``, as far as it could be read (one that exits while we look is skipped)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
             command_line = (entry / "cmdline").read_bytes()
-        except OSError:  # it exited while we looked
+        except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
-        if fields[0] != "Z" and int(fields[1]) == parent and name.encode() in command_line:
-            children.append(int(entry.name))
-    return children
+        yield _Process(int(entry.name), int(fields[1]), fields[0] != "Z", command_line)
 
 
-def _command_line(pid: int) -> bytes:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return b""
+def live_children(parent: int, name: str) -> list[int]:
+    """Pids of the running (not zombie) children of ``parent`` whose command line contains ``name``."""
+    return [p.pid for p in _processes() if p.running and p.parent == parent and name.encode() in p.command_line]
 
 
 def reap_orphans(runtime: Path) -> list[int]:
@@ -219,22 +222,24 @@ def reap_orphans(runtime: Path) -> list[int]:
     launcher nor a tritonserver.
     """
     marker = f"{runtime}/".encode()  # not a prefix of another port's directory
+    processes = list(_processes())
+    command_lines = {p.pid: p.command_line for p in processes}
+    ours = [p for p in processes if marker in p.command_line and p.pid != os.getpid()]
+    orphans: set[int] = set()
+    grew = True
+    while grew:  # a stub of an orphaned tritonserver is an orphan too
+        grew = False
+        for process in ours:
+            parent = command_lines.get(process.parent, b"")
+            kept = process.parent not in orphans and (b"llgtriton" in parent or b"tritonserver" in parent)
+            if not kept and process.pid not in orphans:
+                orphans.add(process.pid)
+                grew = True
     killed = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if marker not in _command_line(int(entry.name)):
-            continue
-        parent = _command_line(int(stat[stat.rindex(")") + 2 :].split()[1]))
-        if b"llgtriton" in parent or b"tritonserver" in parent:
-            continue
+    for pid in sorted(orphans):
         with contextlib.suppress(ProcessLookupError):
-            os.kill(int(entry.name), signal.SIGKILL)
-            killed.append(int(entry.name))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
     if killed:
         logger.warning("killed %d processes an earlier server left behind: pids %s", len(killed), killed)
     return killed
