@@ -120,7 +120,7 @@ def llguidance_panics_refused() -> Iterator[None]:
 def _json_document(guide: str, what: str) -> Any:
     try:
         return json.loads(guide)
-    except (json.JSONDecodeError, RecursionError, ValueError) as exc:  # too deep, or an int of >4300 digits
+    except (ValueError, RecursionError) as exc:  # not JSON, too deep, or an int of >4300 digits
         raise GuideError(f"the {what} is not valid JSON: {short(str(exc)) or type(exc).__name__}") from None
 
 

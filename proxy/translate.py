@@ -147,7 +147,10 @@ def _constraints(request: _GenerationRequest) -> list[Constraint]:
     if any(value is not None for value in (legacy.json_, legacy.regex, legacy.choice, legacy.grammar)):
         legacy_names = {key: f"guided_{key}" for key in ("json", "regex", "choice", "grammar")}
         found.append(_structured(legacy, "guided_*", legacy_names))
-    return found
+    # The same constraint under two spellings is one (guidance sends guided_grammar and structured_outputs.grammar).
+    return [
+        c for i, c in enumerate(found) if all((c.guide_type, c.guide) != (d.guide_type, d.guide) for d in found[:i])
+    ]
 
 
 _JSON_TYPES = (GuideType.JSON, GuideType.JSON_SCHEMA)
@@ -155,20 +158,12 @@ _JSON_TYPES = (GuideType.JSON, GuideType.JSON_SCHEMA)
 
 def _json_answer(found: list[Constraint]) -> str | None:
     """The JSON schema (text) of a request's one JSON answer format, or None."""
-    distinct = {(c.guide_type, c.guide) for c in found}
-    if len(distinct) != 1:
+    if len(found) != 1 or found[0].guide_type not in _JSON_TYPES:
         return None
-    guide_type, guide = distinct.pop()
-    if guide_type not in _JSON_TYPES:
-        return None
-    return guide or json.dumps(ANY_JSON_OBJECT)
+    return found[0].guide or json.dumps(ANY_JSON_OBJECT)
 
 
 def _one_constraint(found: list[Constraint]) -> Constraint | None:
-    # The same constraint under two spellings (guidance sends guided_grammar and structured_outputs.grammar).
-    found = [
-        c for i, c in enumerate(found) if (c.guide_type, c.guide) not in {(d.guide_type, d.guide) for d in found[:i]}
-    ]
     if len(found) > 1:
         fields = " and ".join(c.param for c in found)
         raise InvalidRequestError(f"one constraint per request; got {fields}", param=found[1].param)
@@ -225,8 +220,7 @@ def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
     plan = plan_tools(request.tools, request.tool_choice, request.parallel_tool_calls, answer)
     if plan is not None:
         # A JSON answer format composes with tools (the plan holds it); any other constraint does not.
-        kept = [c for c in found if answer is None or c.guide_type not in _JSON_TYPES]
-        found = [*kept, Constraint(plan.guide_type, plan.guide, "tools")]
+        found = [*(found if answer is None else []), Constraint(plan.guide_type, plan.guide, "tools")]
     constraint = _one_constraint(found)
     messages = tuple(wire.ChatMessage(role=m.role, content=m.text()) for m in request.messages)
     if plan is not None:
