@@ -102,11 +102,12 @@ class PastToolCall(_Request):
 
 
 class ChatMessage(_Request):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_calls: list[PastToolCall] | None = None
     tool_call_id: str | None = None
+    function_call: CalledFunction | None = None  # OpenAI's deprecated single call
 
     def text(self) -> str:
         """The message as the model sees it; earlier tool calls are written as the model writes them."""
@@ -116,10 +117,11 @@ class ChatMessage(_Request):
             text = self.content
         else:
             text = "".join(part.text for part in self.content)
-        if self.tool_calls:
-            calls = [
-                {"name": call.function.name, "arguments": call.function.parsed_arguments()} for call in self.tool_calls
-            ]
+        called = [call.function for call in self.tool_calls or []]
+        if self.function_call is not None:
+            called.append(self.function_call)
+        if called:
+            calls = [{"name": function.name, "arguments": function.parsed_arguments()} for function in called]
             text += "<tool_call>" + json.dumps(calls, ensure_ascii=False)
         return text
 
@@ -146,6 +148,8 @@ class NamedToolChoice(_Request):
 
 
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | None
+# OpenAI's deprecated function calling: ``functions`` are tools, ``function_call`` their tool_choice.
+FunctionChoice = Literal["none", "auto"] | NamedFunction | None
 
 
 class StreamOptions(_Request):
@@ -219,6 +223,8 @@ class ChatCompletionRequest(_GenerationRequest):
     tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice = None
     parallel_tool_calls: bool | None = None
+    functions: list[FunctionDefinition] | None = Field(None, max_length=MAX_TOOLS, description="Deprecated: tools.")
+    function_call: FunctionChoice = Field(None, description="Deprecated: tool_choice.")
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS), BeforeValidator(_integral)] | None = None
 
@@ -257,7 +263,7 @@ def now() -> int:
     return int(time.time())
 
 
-FinishReasonName = Literal["stop", "length", "tool_calls"]
+FinishReasonName = Literal["stop", "length", "tool_calls", "function_call"]
 
 
 class Usage(_Response):
@@ -289,6 +295,7 @@ class AssistantMessage(_Response):
     role: Literal["assistant"] = "assistant"
     content: str | None
     tool_calls: list[ToolCall] | None = Field(None, exclude_if=lambda calls: calls is None)
+    function_call: FunctionCall | None = Field(None, exclude_if=lambda call: call is None)
 
 
 class TopLogprob(_Response):
@@ -341,6 +348,7 @@ class ChatDelta(_Response):
     role: Literal["assistant"] | None = None
     content: str | None = None
     tool_calls: list[ToolCallDelta] | None = Field(None, exclude_if=lambda calls: calls is None)
+    function_call: FunctionCallDelta | None = Field(None, exclude_if=lambda call: call is None)
 
 
 class ChatChunkChoice(_Response):

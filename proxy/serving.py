@@ -32,7 +32,8 @@ from proxy.protocol import (
     new_id,
     now,
 )
-from proxy.tools import ToolCallStream, ToolPlan, parse_calls
+from proxy.tool_calls import ToolCallStream, parse_calls
+from proxy.tools import ToolPlan
 from proxy.translate import chat_generation, completion_generation
 from proxy.triton_client import GenerationClient
 
@@ -155,19 +156,27 @@ def _usage_of(lasts: Sequence[wire.GenerationOutput]) -> Usage:
     return Usage.of(lasts[0].prompt_tokens, sum(last.completion_tokens for last in lasts))
 
 
-def _finish(reason: wire.FinishReason, called_tools: bool) -> FinishReasonName:
+def _finish(reason: wire.FinishReason, plan: ToolPlan | None, called: bool) -> FinishReasonName:
     """``tool_calls`` when the model completed its calls; a call cut short by ``max_tokens`` stays ``length``."""
-    return "tool_calls" if called_tools and reason is wire.FinishReason.STOP else reason.value
+    if plan is None or not called or reason is not wire.FinishReason.STOP:
+        return reason.value
+    return "function_call" if plan.legacy_functions else "tool_calls"
 
 
 def _assistant(
     plan: ToolPlan | None, text: str, reason: wire.FinishReason
 ) -> tuple[AssistantMessage, FinishReasonName]:
     calls = parse_calls(plan, text) if plan is not None else None
-    if not calls:
+    if calls is None:
         return AssistantMessage(content=text), reason.value
-    tool_calls = [ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls]
-    return AssistantMessage(content=None, tool_calls=tool_calls), _finish(reason, True)
+    finish = _finish(reason, plan, bool(calls))
+    if not calls:  # cut short before a function's name: call syntax is never content
+        return AssistantMessage(content=None), finish
+    functions = [FunctionCall(name=c.name, arguments=c.arguments) for c in calls]
+    if plan is not None and plan.legacy_functions:
+        return AssistantMessage(content=None, function_call=functions[0]), finish
+    tool_calls = [ToolCall(id=c.id, function=function) for c, function in zip(calls, functions, strict=True)]
+    return AssistantMessage(content=None, tool_calls=tool_calls), finish
 
 
 class Generations:
@@ -233,7 +242,8 @@ class Generations:
                 raise InternalError("the generation ended without a finish reason")
             for delta in tools.finish() if tools is not None else []:
                 yield chunk(delta)
-            yield chunk(ChatDelta(), _finish(last.finish_reason, tools is not None and tools.calls > 0))
+            called = tools is not None and tools.calls > 0
+            yield chunk(ChatDelta(), _finish(last.finish_reason, translation.tools, called))
             lasts[index] = last
 
         async for item in _merged([choice(index, generation) for index, generation in enumerate(generations)]):

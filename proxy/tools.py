@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import enum
 import json
-import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError
-from proxy.protocol import ChatDelta, FunctionCallDelta, NamedToolChoice, Tool, ToolCallDelta, ToolChoice
+from proxy.protocol import NamedToolChoice, Tool, ToolChoice
 from proxy.schemas import closed_objects
 
 TOOL_CALL_MARKER = "<tool_call>"
@@ -50,13 +49,7 @@ class ToolPlan:
     guide_type: GuideType
     guide: str
     instructions: str
-
-
-@dataclass(frozen=True)
-class ParsedCall:
-    name: str
-    arguments: str  # JSON text
-    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    legacy_functions: bool = False  # asked for with ``functions``: answered with ``message.function_call``
 
 
 def _functions(tools: Sequence[Tool]) -> tuple[Function, ...]:
@@ -163,127 +156,3 @@ def plan_tools(
         ToolMode.NAMED, tuple(chosen), False, GuideType.JSON_SCHEMA, json.dumps(chosen[0].parameters),
         f"{_describe(chosen)}\nReply with the JSON arguments for {name}.",
     )  # fmt: skip
-
-
-def _call(item: Any) -> ParsedCall | None:
-    if not (isinstance(item, dict) and isinstance(item.get("name"), str) and "arguments" in item):
-        return None
-    return ParsedCall(item["name"], json.dumps(item["arguments"], ensure_ascii=False))
-
-
-def parse_calls(plan: ToolPlan, text: str) -> list[ParsedCall] | None:
-    """The calls in a finished output, or None when it holds none (plain text, or cut short)."""
-    if plan.mode is ToolMode.NAMED:
-        return [ParsedCall(plan.functions[0].name, text)]
-    if plan.mode is ToolMode.AUTO:
-        if not text.startswith(TOOL_CALL_MARKER):
-            return None
-        text = text[len(TOOL_CALL_MARKER) :]
-    if not text.startswith("["):
-        return None
-    # The complete calls, also of a list cut short by max_tokens: exactly what a stream delivers.
-    calls = [_call(_json_or_none(element)) for element in JsonArraySplitter().feed(text)]
-    return [c for c in calls if c is not None] or None
-
-
-def _json_or_none(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return None
-
-
-class JsonArraySplitter:
-    """Finds the top-level elements of a JSON array as its text streams in."""
-
-    def __init__(self) -> None:
-        self._depth = 0
-        self._in_string = False
-        self._escaped = False
-        self._current: list[str] = []
-
-    def feed(self, text: str) -> Iterator[str]:
-        for char in text:
-            if self._depth >= 2 or (self._depth == 1 and char not in ",] \n\t\r"):
-                self._current.append(char)
-            if self._in_string:
-                if self._escaped:
-                    self._escaped = False
-                elif char == "\\":
-                    self._escaped = True
-                elif char == '"':
-                    self._in_string = False
-            elif char == '"':
-                self._in_string = True
-            elif char in "[{":
-                self._depth += 1
-            elif char in "]}":
-                self._depth -= 1
-                if self._depth == 1 and self._current:
-                    yield "".join(self._current)
-                    self._current = []
-
-
-class ToolCallStream:
-    """Turns streamed text deltas into content deltas and ``tool_calls`` deltas, per the plan's mode."""
-
-    def __init__(self, plan: ToolPlan) -> None:
-        self._plan = plan
-        self._splitter = JsonArraySplitter()
-        self._pending = ""  # AUTO: text that might still turn out to be the call marker
-        self._calling = plan.mode is not ToolMode.AUTO
-        self._decided = plan.mode is not ToolMode.AUTO
-        self._named_id = f"call_{uuid.uuid4().hex[:24]}"
-        self._text: list[str] = []
-        self.calls = 0
-
-    def feed(self, text: str) -> list[ChatDelta]:
-        self._text.append(text)
-        if not self._decided:
-            self._pending += text
-            if self._pending.startswith(TOOL_CALL_MARKER):
-                self._decided = self._calling = True
-                text, self._pending = self._pending[len(TOOL_CALL_MARKER) :], ""
-            elif not TOOL_CALL_MARKER.startswith(self._pending):
-                self._decided = True
-                text, self._pending = self._pending, ""
-            else:
-                return []
-        if not self._calling:
-            return [ChatDelta(content=text)] if text else []
-        if self._plan.mode is ToolMode.NAMED:
-            return self._named(text)
-        deltas = []
-        for element in self._splitter.feed(text):
-            call = _call(_json_or_none(element))
-            if call is not None:
-                function = FunctionCallDelta(name=call.name, arguments=call.arguments)
-                deltas.append(
-                    ChatDelta(
-                        tool_calls=[ToolCallDelta(index=self.calls, id=call.id, type="function", function=function)]
-                    )
-                )
-                self.calls += 1
-        return deltas
-
-    def _named(self, text: str) -> list[ChatDelta]:
-        if not text:
-            return []
-        if self.calls == 0:
-            self.calls = 1
-            function = FunctionCallDelta(name=self._plan.functions[0].name, arguments=text)
-            return [
-                ChatDelta(tool_calls=[ToolCallDelta(index=0, id=self._named_id, type="function", function=function)])
-            ]
-        return [ChatDelta(tool_calls=[ToolCallDelta(index=0, function=FunctionCallDelta(arguments=text))])]
-
-    def finish(self) -> list[ChatDelta]:
-        """What is still owed when the generation ends, so a stream says what the whole response says.
-
-        An undecided AUTO prefix is plain text; a call list that produced no complete call is
-        returned as content (as :func:`parse_calls` leaves it).
-        """
-        held, self._pending = self._pending, ""
-        if self._calling and self.calls == 0:
-            return [ChatDelta(content="".join(self._text))]
-        return [ChatDelta(content=held)] if held else []

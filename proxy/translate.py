@@ -20,7 +20,15 @@ from llgtriton import wire
 from llgtriton.guides import ANY_JSON_OBJECT, CompilerBusy, GuideError, check_grammar, grammar_for
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError, ServiceUnavailableError
-from proxy.protocol import ChatCompletionRequest, CompletionRequest, StructuredOutputs, _GenerationRequest
+from proxy.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    NamedFunction,
+    NamedToolChoice,
+    StructuredOutputs,
+    Tool,
+    _GenerationRequest,
+)
 from proxy.schemas import closed_objects
 from proxy.tools import ToolPlan, plan_tools
 
@@ -204,25 +212,39 @@ def _with_instructions(messages: tuple[wire.ChatMessage, ...], instructions: str
     return (wire.ChatMessage(role="system", content=instructions), *messages)
 
 
-# OpenAI's deprecated function calling: unknown fields are otherwise ignored, and ignoring these
-# would answer in unconstrained text where the client expects a call.
-_LEGACY_FUNCTION_FIELDS = ("functions", "function_call")
+def _legacy_functions(request: ChatCompletionRequest) -> ChatCompletionRequest:
+    """OpenAI's deprecated ``functions``/``function_call`` as the ``tools``/``tool_choice`` they became."""
+    if request.functions is None:
+        if request.function_call not in (None, "none", "auto"):
+            raise InvalidRequestError("function_call needs functions", param="function_call")
+        return request
+    if request.tools is not None:
+        raise InvalidRequestError("send tools or functions, not both", param="functions")
+    choice: Any = request.function_call
+    if isinstance(choice, NamedFunction):
+        choice = NamedToolChoice(type="function", function=choice)
+    tools = [Tool(type="function", function=function) for function in request.functions]
+    return request.model_copy(update={"tools": tools, "tool_choice": choice, "parallel_tool_calls": False})
 
 
 def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
-    for name in _LEGACY_FUNCTION_FIELDS:
-        if (request.model_extra or {}).get(name) is not None:
-            raise _refuse(f"{name} (deprecated; send tools and tool_choice instead)", name)
+    legacy = request.functions is not None
+    request = _legacy_functions(request)
     if request.top_logprobs and not request.logprobs:
         raise InvalidRequestError("top_logprobs needs logprobs: true", param="top_logprobs")
     found = _constraints(request)
     answer = _json_answer(found)
     plan = plan_tools(request.tools, request.tool_choice, request.parallel_tool_calls, answer)
+    if plan is not None and legacy:
+        plan = dataclasses.replace(plan, legacy_functions=True)
     if plan is not None:
         # A JSON answer format composes with tools (the plan holds it); any other constraint does not.
         found = [*(found if answer is None else []), Constraint(plan.guide_type, plan.guide, "tools")]
     constraint = _one_constraint(found)
-    messages = tuple(wire.ChatMessage(role=m.role, content=m.text()) for m in request.messages)
+    # A legacy function result is what the chat templates call a tool message.
+    messages = tuple(
+        wire.ChatMessage(role="tool" if m.role == "function" else m.role, content=m.text()) for m in request.messages
+    )
     if plan is not None:
         messages = _with_instructions(messages, plan.instructions)
     max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens

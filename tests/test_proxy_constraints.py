@@ -466,42 +466,39 @@ async def test_named_call_cut_short_keeps_length(http: httpx.AsyncClient, client
     assert body["choices"][0]["finish_reason"] == "length"
 
 
-async def test_call_list_cut_short_keeps_length_and_its_complete_calls(
+async def test_call_list_cut_short_keeps_length_its_calls_and_the_partial_one(
     http: httpx.AsyncClient, client: ScriptedClient
 ) -> None:
-    text = TWO_CALLS[:-20]
+    text = TWO_CALLS[:-11]  # inside the second call's arguments
+    expected = [("get_weather", PARIS_ARGUMENTS), ("get_time", '{"tz')]
     client.script(_outputs(text, reason=wire.FinishReason.LENGTH))
     body = (await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice="required"))).json()
     assert body["choices"][0]["finish_reason"] == "length"
-    message = body["choices"][0]["message"]
-    assert message["content"] is None
-    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
-        ("get_weather", {"city": "Paris"})
-    ]
+    assert body["choices"][0]["message"]["content"] is None
+    assert _names_and_arguments(_tool_calls(body)) == expected
     client.script(_outputs(text[:30], text[30:], reason=wire.FinishReason.LENGTH))
     streamed = await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice="required", stream=True))
     content, calls, reasons = _reassemble(_events(streamed))
     assert content == ""
-    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
-        ("get_weather", {"city": "Paris"})
-    ]
+    assert _names_and_arguments(calls) == expected
     assert reasons[-1] == "length"
 
 
-@pytest.mark.parametrize("cut", [len(TOOL_CALL_MARKER), len(TOOL_CALL_MARKER) + 12])
-async def test_auto_cut_short_before_any_call_is_content_streamed_or_not(
+@pytest.mark.parametrize("cut", [3, len(TOOL_CALL_MARKER), len(TOOL_CALL_MARKER) + 12])
+async def test_auto_cut_short_before_any_call_is_neither_content_nor_a_call(
     http: httpx.AsyncClient, client: ScriptedClient, cut: int
 ) -> None:
     text = (TOOL_CALL_MARKER + TWO_CALLS)[:cut]
     client.script(_outputs(text, reason=wire.FinishReason.LENGTH))
     body = (await http.post(CHAT, json=_chat(tools=TOOLS))).json()
-    assert body["choices"][0]["message"] == {"role": "assistant", "content": text}
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": None}
+    assert body["choices"][0]["finish_reason"] == "length"
     client.script(_outputs(text[:5], text[5:], reason=wire.FinishReason.LENGTH))
     content, calls, reasons = _reassemble(_events(await http.post(CHAT, json=_chat(tools=TOOLS, stream=True))))
-    assert (content, calls, reasons[-1]) == (text, [], "length")
+    assert (content, calls, reasons[-1]) == ("", [], "length")
 
 
-@pytest.mark.parametrize("text", ["It is sunny in Paris.", "<b>bold</b>", "<tool", "a" + TOOL_CALL_MARKER + TWO_CALLS])
+@pytest.mark.parametrize("text", ["It is sunny in Paris.", "<b>bold</b>", "a" + TOOL_CALL_MARKER + TWO_CALLS])
 async def test_auto_with_plain_text_is_content(http: httpx.AsyncClient, client: ScriptedClient, text: str) -> None:
     client.script(_outputs(text[:3], text[3:]))
     body = (await http.post(CHAT, json=_chat(tools=TOOLS))).json()
@@ -575,7 +572,7 @@ async def test_streamed_named_call_cut_short_keeps_length(http: httpx.AsyncClien
     assert reasons[-1] == "length"
 
 
-@pytest.mark.parametrize("text", ["It is sunny.", "<", "<tool", "<toolbox> time", "<b>hi</b>"])
+@pytest.mark.parametrize("text", ["It is sunny.", "<toolbox> time", "<b>hi</b>"])
 async def test_streamed_auto_plain_text(http: httpx.AsyncClient, client: ScriptedClient, text: str) -> None:
     client.script(_outputs(*text))
     events = _events(await http.post(CHAT, json=_chat(tools=TOOLS, stream=True)))
@@ -762,21 +759,79 @@ async def test_tool_parameters_keep_their_own_references(
     assert not accepts(grammar, prefix + good.replace('"CET"', '"PST"'))
 
 
+LEGACY_FUNCTIONS = [tool["function"] for tool in TOOLS]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_legacy_named_function_call(http: httpx.AsyncClient, client: ScriptedClient, stream: bool) -> None:
+    """OpenAI's deprecated ``functions``: a named call is constrained and answered as ``function_call``."""
+    client.script(_outputs('{"city": ', '"Paris"}'))
+    fields = {"functions": LEGACY_FUNCTIONS, "function_call": {"name": "get_weather"}, "stream": stream}
+    response = await http.post(CHAT, json=_chat(**fields))
+    (request,) = client.requests
+    assert request.guide_type is GuideType.JSON_SCHEMA
+    assert request.guide is not None and json.loads(request.guide)["properties"] == WEATHER_PARAMETERS["properties"]
+    if stream:
+        events = _events(response)
+        calls = [event["choices"][0]["delta"].get("function_call") for event in events]
+        assert calls[1] == {"name": "get_weather", "arguments": '{"city": '}
+        assert "".join(call["arguments"] for call in calls if call) == PARIS_ARGUMENTS
+        assert all("tool_calls" not in event["choices"][0]["delta"] for event in events)
+        assert events[-1]["choices"][0]["finish_reason"] == "function_call"
+    else:
+        choice = response.json()["choices"][0]
+        assert choice["message"] == {
+            "role": "assistant",
+            "content": None,
+            "function_call": {"name": "get_weather", "arguments": PARIS_ARGUMENTS},
+        }
+        assert choice["finish_reason"] == "function_call"
+
+
+@pytest.mark.parametrize("function_call", [None, "auto"])
+async def test_legacy_functions_auto_make_one_call_or_answer(
+    http: httpx.AsyncClient, client: ScriptedClient, function_call: str | None
+) -> None:
+    client.script(_outputs(TOOL_CALL_MARKER + TWO_CALLS[: TWO_CALLS.index("}}") + 2] + "]"))
+    body = _chat(functions=LEGACY_FUNCTIONS, function_call=function_call)
+    choice = (await http.post(CHAT, json=body)).json()["choices"][0]
+    assert choice["message"]["function_call"] == {"name": "get_weather", "arguments": PARIS_ARGUMENTS}
+    assert choice["finish_reason"] == "function_call"
+    (request,) = client.requests
+    assert request.guide_type is GuideType.LARK
+    # one call at most, as the deprecated API returns one
+    assert request.guide is not None and '"maxItems": 1' in request.guide
+    client.script(_outputs("Sunny."))
+    choice = (await http.post(CHAT, json=body)).json()["choices"][0]
+    assert (choice["message"], choice["finish_reason"]) == ({"role": "assistant", "content": "Sunny."}, "stop")
+
+
+async def test_legacy_function_none_and_function_results(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "function_call": {"name": "get_weather", "arguments": PARIS_ARGUMENTS}},
+        {"role": "function", "name": "get_weather", "content": "sunny"},
+    ]
+    request = await _constraint(http, client, CHAT, messages=messages, functions=LEGACY_FUNCTIONS, function_call="none")
+    assert (request.guide_type, request.guide) == (None, None)
+    assert request.messages is not None
+    assert [m.role for m in request.messages] == ["user", "assistant", "tool"]
+    assert "get_weather" in request.messages[1].content
+    assert request.messages[2].content == "sunny"
+
+
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "param"),
     [
-        {"functions": [{"name": "f", "parameters": {"type": "object"}}]},
-        {"functions": [{"name": "f", "parameters": {"type": "object"}}], "function_call": "auto"},
-        {"function_call": {"name": "f"}},
+        ({"function_call": {"name": "get_weather"}}, "function_call"),
+        ({"functions": LEGACY_FUNCTIONS, "function_call": {"name": "nope"}}, "tool_choice"),
+        ({"functions": LEGACY_FUNCTIONS, "tools": TOOLS}, "functions"),
     ],
 )
-async def test_legacy_function_calling_is_refused_not_ignored(
-    http: httpx.AsyncClient, client: ScriptedClient, fields: dict[str, Any]
+async def test_legacy_function_calling_errors(
+    http: httpx.AsyncClient, client: ScriptedClient, fields: dict[str, Any], param: str
 ) -> None:
-    """Ignored, these would get unconstrained text where the client expects a call."""
-    error = _assert_error(await http.post(CHAT, json=_chat(**fields)), 400, "invalid_request_error")
-    assert error["code"] == "unsupported_parameter" and error["param"] in ("functions", "function_call")
-    assert "tools" in error["message"]
+    _assert_error(await http.post(CHAT, json=_chat(**fields)), 400, "invalid_request_error", param=param)
     assert client.requests == []
 
 

@@ -42,8 +42,10 @@ async def test_openapi_document_is_served_valid_and_describes_every_route(http: 
 # Refusals of schema-valid requests that depend on more than one field: a tool_choice naming a
 # function not among the tools, two constraints in one request, structured_outputs with two kinds,
 # top_logprobs without logprobs, echo with logprobs.
-CROSS_FIELD_PARAMS = {"tools", "tool_choice", "structured_outputs", "response_format", "top_logprobs", "echo"} | {
-    f"guided_{kind}" for kind in ("json", "regex", "choice", "grammar")
+CROSS_FIELD_PARAMS = {"tools", "tool_choice", "functions", "function_call", "structured_outputs", "response_format"} | {
+    "top_logprobs",
+    "echo",
+    *(f"guided_{kind}" for kind in ("json", "regex", "choice", "grammar")),
 }
 
 

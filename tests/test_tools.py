@@ -1,4 +1,4 @@
-"""proxy.tools: tool plans and their grammars, parsing finished outputs, and streaming tool calls."""
+"""proxy.tools and proxy.tool_calls: tool plans and their grammars, reading calls whole and streamed."""
 
 from __future__ import annotations
 
@@ -16,16 +16,8 @@ from llgtriton.guides import check_grammar, grammar_for
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError, validation_error
 from proxy.protocol import MAX_TOOLS, ChatCompletionRequest, ChatDelta
-from proxy.tools import (
-    TOOL_CALL_MARKER,
-    JsonArraySplitter,
-    ParsedCall,
-    ToolCallStream,
-    ToolMode,
-    ToolPlan,
-    parse_calls,
-    plan_tools,
-)
+from proxy.tool_calls import JsonArraySplitter, ParsedCall, ToolCallStream, parse_calls
+from proxy.tools import TOOL_CALL_MARKER, ToolMode, ToolPlan, plan_tools
 from tests.test_guides import accepts
 
 WEATHER_PARAMETERS: dict[str, Any] = {
@@ -296,6 +288,7 @@ def test_parse_named() -> None:
     truncated = parse_calls(plan(NAMED_WEATHER), '{"city": "Pa')
     assert truncated is not None
     assert [(c.name, c.arguments) for c in truncated] == [("get_weather", '{"city": "Pa')]
+    assert parse_calls(plan(NAMED_WEATHER), "") == []
 
 
 @pytest.mark.parametrize(("mode", "prefix"), [("required", ""), ("auto", TOOL_CALL_MARKER)])
@@ -309,30 +302,18 @@ def test_parse_call_lists(mode: str, prefix: str) -> None:
     assert all(c.id.startswith("call_") for c in two)
     unicode = parse_calls(made, prefix + '[{"name": "get_weather", "arguments": {"city": "Z\\u00fcrich"}}]')
     assert unicode is not None
-    assert unicode[0].arguments == '{"city": "Zürich"}'
+    assert unicode[0].arguments == '{"city": "Z\\u00fcrich"}'  # the arguments as the model wrote them
     compact = parse_calls(made, prefix + '[{"name":"get_weather","arguments":{"city":"Paris","unit":"C"}}]')
     assert compact is not None
-    assert compact[0].arguments == '{"city": "Paris", "unit": "C"}'
+    assert compact[0].arguments == '{"city":"Paris","unit":"C"}'
 
 
 @pytest.mark.parametrize(("mode", "prefix"), [("required", ""), ("auto", TOOL_CALL_MARKER)])
 @pytest.mark.parametrize(
-    "text",
-    [
-        PARIS[:20],
-        "",
-        "[",
-        "[]",
-        "{}",
-        '{"name": "get_weather", "arguments": {}}',
-        '[{"name": "get_weather"}]',
-        '[{"arguments": {}}]',
-        "[1, 2]",
-        "not json",
-    ],
+    "text", ["", "[", "[]", "{}", '[{"na', '[{"name": "', '[{"arguments": {}}]', "[1, 2]", "not json"]
 )
-def test_parse_without_calls_is_none(mode: str, prefix: str, text: str) -> None:
-    assert parse_calls(plan(mode), prefix + text) is None
+def test_call_syntax_without_a_call_is_no_call(mode: str, prefix: str, text: str) -> None:
+    assert parse_calls(plan(mode), prefix + text) == []
 
 
 @pytest.mark.parametrize(("mode", "prefix"), [("required", ""), ("auto", TOOL_CALL_MARKER)])
@@ -343,14 +324,42 @@ def test_a_list_cut_short_keeps_its_complete_calls(mode: str, prefix: str) -> No
         assert calls_of(parse_calls(plan(mode), prefix + cut)) == whole[:1]
 
 
+@pytest.mark.parametrize(("mode", "prefix"), [("required", ""), ("auto", TOOL_CALL_MARKER)])
+@pytest.mark.parametrize(
+    ("cut", "expected"),
+    [
+        ('[{"name": "get_weather", "arguments": {"city": "Pa', [("get_weather", '{"city": "Pa')]),
+        ('[{"name": "get_weather", "arguments": {"city": "Paris"}', [("get_weather", '{"city": "Paris"}')]),
+        ('[{"name": "get_weather", "arguments": ', [("get_weather", "")]),
+        ('[{"name": "get_weather"', [("get_weather", "")]),
+        ('[{"name": "get_w', [("get_weather", "")]),  # only one function's name starts so
+        ('[{"name": "get_', []),  # get_weather or get_time
+        (TWO_CALLS[: len(PARIS) + 30], [("get_weather", '{"city": "Paris"}'), ("get_time", "")]),
+    ],
+)
+def test_a_call_cut_short_is_a_call_with_the_arguments_so_far(
+    mode: str, prefix: str, cut: str, expected: list[tuple[str, str]]
+) -> None:
+    parsed = parse_calls(plan(mode), prefix + cut)
+    assert parsed is not None
+    assert [(c.name, c.arguments) for c in parsed] == expected
+    _, result = stream(plan(mode), [prefix + cut[:7], cut[7:]])
+    assert (result.content, named_and_arguments(result.calls)) == ("", expected)
+
+
 def test_parse_keeps_only_well_formed_calls() -> None:
     text = '[{"name": "get_time", "arguments": {"tz": "UTC"}}, {"nope": 1}, 3]'
     assert calls_of(parse_calls(plan("required"), text)) == [("get_time", {"tz": "UTC"})]
 
 
-@pytest.mark.parametrize("text", ["Hello", "", PARIS, " " + TOOL_CALL_MARKER + PARIS, "<tool", "<tool_call"])
+@pytest.mark.parametrize("text", ["Hello", PARIS, " " + TOOL_CALL_MARKER + PARIS, "<b>", "<tool_calls>"])
 def test_parse_auto_plain_text_is_none(text: str) -> None:
     assert parse_calls(plan("auto"), text) is None
+
+
+@pytest.mark.parametrize("text", ["<", "<tool", "<tool_call", TOOL_CALL_MARKER])
+def test_auto_marker_cut_short_is_call_syntax_not_content(text: str) -> None:
+    assert parse_calls(plan("auto"), text) == []
 
 
 # JsonArraySplitter --------------------------------------------------------------------------
@@ -501,11 +510,11 @@ def test_named_stream_without_text_has_no_call() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.text(max_size=30) | st.sampled_from(["<", "<tool", "<tool_cal", "<tool_call", "<toolbox>", "<b>"]), st.data())
+@given(st.text(max_size=30) | st.sampled_from(["<b>", "<toolbox>", "<tool_calls", "a<tool_call>"]), st.data())
 def test_auto_plain_text_streams_as_content(text: str, data: st.DataObject) -> None:
     made = plan("auto")
-    if text.startswith(TOOL_CALL_MARKER):
-        text = " " + text
+    if TOOL_CALL_MARKER.startswith(text[: len(TOOL_CALL_MARKER)]):
+        text = " " + text  # plain text, not (the beginning of) the marker
     tool_stream, result = stream(made, chunked(text, data))
     assert result.content == text
     assert result.calls == []
@@ -513,20 +522,12 @@ def test_auto_plain_text_streams_as_content(text: str, data: st.DataObject) -> N
     assert parse_calls(made, text) is None
 
 
-@pytest.mark.parametrize(
-    ("chunks", "held"),
-    [
-        (["<"], "<"),
-        (["<to", "ol"], "<tool"),
-        (["<tool_call"], "<tool_call"),
-        (["", "<tool_cal", ""], "<tool_cal"),
-    ],
-)
-def test_auto_text_shorter_than_the_marker_is_held_until_finish(chunks: list[str], held: str) -> None:
+@pytest.mark.parametrize("chunks", [["<"], ["<to", "ol"], ["<tool_call"], ["", "<tool_cal", ""], ["<tool_call>"]])
+def test_auto_marker_cut_short_streams_nothing(chunks: list[str]) -> None:
     tool_stream = ToolCallStream(plan("auto"))
     assert [delta for chunk in chunks for delta in tool_stream.feed(chunk)] == []
-    assert tool_stream.finish() == [ChatDelta(content=held)]
     assert tool_stream.finish() == []
+    assert tool_stream.calls == 0
 
 
 def test_auto_text_that_turns_out_not_to_be_the_marker() -> None:
@@ -544,4 +545,19 @@ def test_auto_marker_split_across_chunks_then_calls() -> None:
     deltas = tool_stream.feed(PARIS[1:])
     result = reassemble(deltas)
     assert named_and_arguments(result.calls) == [("get_weather", '{"city": "Paris"}')]
+    assert tool_stream.finish() == []
+
+
+@pytest.mark.parametrize("mode", ["required", "auto"])
+def test_the_name_streams_as_soon_as_it_is_complete(mode: str) -> None:
+    tool_stream = ToolCallStream(plan(mode))
+    prefix = TOOL_CALL_MARKER if mode == "auto" else ""
+    assert tool_stream.feed(prefix + '[{"name": "get_wea') == []
+    (started,) = tool_stream.feed('ther", "argu')
+    assert started.tool_calls is not None
+    assert started.tool_calls[0].function.name == "get_weather"
+    assert started.tool_calls[0].function.arguments == ""
+    pieces = [tool_stream.feed(text) for text in ['ments": {"ci', 'ty": "Paris"', "}} ", "]"]]
+    arguments = [delta.tool_calls[0].function.arguments for deltas in pieces for delta in deltas if delta.tool_calls]
+    assert arguments == ['{"ci', 'ty": "Paris"', "}"]
     assert tool_stream.finish() == []
