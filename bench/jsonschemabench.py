@@ -6,6 +6,7 @@ time the token mask at every position of the valid instances. Optionally (``--se
 sample of the schemas to a running llgtriton server and validate what the model generates.
 
     .venv/bin/python -m bench.jsonschemabench --data ../shared/data/jsonschemabench --out docs/results
+    .venv/bin/python -m bench.jsonschemabench --compact   # the layout a request asks for with disable_any_whitespace
     .venv/bin/python -m bench.jsonschemabench --server http://127.0.0.1:9000/v1 --sample 40
 """
 
@@ -26,7 +27,7 @@ import numpy as np
 from llguidance import LLMatcher, LLTokenizer
 
 from bench.reports import write_report
-from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
+from llgtriton.guides import COMPACT_JSON, GuideError, check_grammar, json_schema_grammar, with_json_options
 
 logger = logging.getLogger("bench.jsonschemabench")
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench"
@@ -53,7 +54,7 @@ def load_schemas(data: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def instance_text(data: Any) -> str:
-    """How the constrained model writes JSON: compact but for ', ' and ': ' (llgtriton.guides.JSON_OPTIONS)."""
+    """JSON as json.dumps writes it, which both layouts accept (llgtriton.guides.JSON_OPTIONS, COMPACT_JSON)."""
     return json.dumps(data, ensure_ascii=False)
 
 
@@ -70,10 +71,11 @@ def accepts(template: LLMatcher, tokenizer: LLTokenizer, text: str, mask_us: lis
     return matcher.is_accepting()
 
 
-def check_schema(name: str, entry: dict[str, Any], tokenizer: LLTokenizer) -> SchemaResult:
+def check_schema(name: str, entry: dict[str, Any], tokenizer: LLTokenizer, compact: bool = False) -> SchemaResult:
     compile_ms = float("nan")
     try:
-        grammar = json_schema_grammar(entry["schema"])
+        schema = with_json_options(entry["schema"], COMPACT_JSON) if compact else entry["schema"]
+        grammar = json_schema_grammar(schema)
         check_grammar(grammar)  # what the proxy does before a request reaches Triton
         started = time.perf_counter()
         template = LLMatcher(tokenizer, grammar, log_level=0)  # what the backend does, once per schema
@@ -207,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/results"), help="where to write the JSON report")
     parser.add_argument("--server", help="OpenAI base URL of a running llgtriton; generate a sample through it")
     parser.add_argument("--sample", type=int, default=40, help="schemas to generate for (every n-th compiled one)")
+    parser.add_argument("--compact", action="store_true", help="compile with the compact JSON layout")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=384, help="per generated instance")
     arguments = parser.parse_args(argv)
@@ -216,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     tokenizer = smol_tokenizer()
     results = []
     for index, (name, entry) in enumerate(schemas):
-        results.append(check_schema(name, entry, tokenizer))
+        results.append(check_schema(name, entry, tokenizer, arguments.compact))
         if index % 50 == 0:
             logger.info("%d/%d schemas", index, len(schemas))
     report: dict[str, Any] = {"conformance": summarize(results)}
@@ -229,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
         )
     name = "jsonschemabench_generation.json" if arguments.server else "jsonschemabench.json"
+    if arguments.compact:
+        name = name.replace(".json", "_compact.json")
     write_report(arguments.out / name, report)
     summary = {k: v for k, v in report["conformance"].items() if k not in ("not_compiled", "disagreements")}
     logger.info("%s", json.dumps(summary, indent=2))

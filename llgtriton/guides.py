@@ -23,9 +23,23 @@ if TYPE_CHECKING:  # the TypedDict exists only in llguidance's type stubs
 
 from llgtriton.wire import GuideType
 
-# JSON output is compact apart from one space after ',' and ':' (as Python's json.dumps writes it):
-# llguidance's default whitespace is unbounded, and small models loop on newlines.
-JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# Between JSON tokens: nothing, one space, or one newline and an indentation of at most
+# MAX_JSON_INDENT spaces or tabs. A model can follow the layout its prompt shows (json.dumps with
+# or without indent=2) but cannot loop on whitespace, as it does under llguidance's unbounded default.
+MAX_JSON_INDENT = 24
+JSON_OPTIONS: JsonCompileOptions = {
+    "whitespace_flexible": False,
+    "whitespace_pattern": rf"( |\n[ \t]{{0,{MAX_JSON_INDENT}}})?",
+    "item_separator": ",",
+    "key_separator": ":",
+}
+# The alternative a request may ask for: exactly ", " and ": " (as json.dumps writes it) and no other whitespace.
+COMPACT_JSON: JsonCompileOptions = {
+    "whitespace_flexible": False,
+    "whitespace_pattern": None,
+    "item_separator": ", ",
+    "key_separator": ": ",
+}
 ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
 MAX_GUIDE_BYTES = 1 << 20
 # llguidance recurses natively once per grammar rule and JSON-schema $ref: a chain of ~1,500 $refs
@@ -190,6 +204,16 @@ def _check_rules(grammar: str, limit: int) -> None:
     rules = grammar_rules(grammar)
     if rules > limit:
         raise GuideError(f"the grammar defines {rules} rules; the limit is {limit}")
+
+
+def with_json_options(schema: Any, options: JsonCompileOptions | dict[str, Any]) -> Any:
+    """``schema`` written with ``options`` (llguidance's ``x-guidance`` key); its own ``x-guidance`` wins."""
+    if schema is True:
+        schema = {}
+    if not isinstance(schema, dict):
+        return schema
+    own = schema.get("x-guidance")
+    return {**schema, "x-guidance": {**options, **(own if isinstance(own, dict) else {})}}
 
 
 def json_schema_grammar(schema: Any) -> str:

@@ -175,6 +175,9 @@ class StructuredOutputs(_Request):
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None
+    # How JSON is laid out (vLLM's names): a regex for the whitespace between tokens, or none but ", " and ": ".
+    whitespace_pattern: str | None = None
+    disable_any_whitespace: bool = False
 
 
 class _GenerationRequest(_Request):
@@ -206,6 +209,7 @@ class _GenerationRequest(_Request):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
+    guided_whitespace_pattern: str | None = None
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:

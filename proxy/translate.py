@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from llgtriton import wire
-from llgtriton.guides import ANY_JSON_OBJECT, CompilerBusy, GuideError, check_grammar, grammar_for
+from llgtriton.guides import (
+    ANY_JSON_OBJECT,
+    COMPACT_JSON,
+    JSON_OPTIONS,
+    CompilerBusy,
+    GuideError,
+    check_grammar,
+    grammar_for,
+    with_json_options,
+)
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError, ServiceUnavailableError
 from proxy.protocol import (
@@ -100,8 +109,9 @@ def _json_guide(value: dict[str, Any] | str | bool) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _structured(outputs: StructuredOutputs, param: str, names: dict[str, str] | None = None) -> Constraint:
-    """The one constraint in ``outputs``; ``names`` gives each key's request field (default ``param.key``)."""
+def _structured(outputs: StructuredOutputs, param: str, names: dict[str, str] | None = None) -> Constraint | None:
+    """The one constraint in ``outputs`` (None when it only lays JSON out); ``names`` gives each key's
+    request field (default ``param.key``)."""
 
     def name(key: str) -> str:
         return names[key] if names else f"{param}.{key}"
@@ -113,6 +123,8 @@ def _structured(outputs: StructuredOutputs, param: str, names: dict[str, str] | 
         "grammar": outputs.grammar,
     }
     chosen = [key for key, value in given.items() if value is not None]
+    if not chosen and (outputs.whitespace_pattern is not None or outputs.disable_any_whitespace):
+        return None
     if not chosen:
         raise InvalidRequestError(f"{param} needs one of json, regex, choice, grammar", param=param)
     if len(chosen) > 1:
@@ -142,8 +154,10 @@ def _constraints(request: _GenerationRequest) -> list[Constraint]:
         # OpenAI, objects are closed.
         schema = closed_objects(spec.schema_) if spec.strict else spec.schema_
         found.append(Constraint(GuideType.JSON_SCHEMA, json.dumps(schema), "response_format"))
-    if request.structured_outputs is not None:
-        found.append(_structured(request.structured_outputs, "structured_outputs"))
+    structured = request.structured_outputs
+    given = _structured(structured, "structured_outputs") if structured is not None else None
+    if given is not None:
+        found.append(given)
     legacy = StructuredOutputs.model_validate(
         {
             "json": request.guided_json,
@@ -154,11 +168,38 @@ def _constraints(request: _GenerationRequest) -> list[Constraint]:
     )
     if any(value is not None for value in (legacy.json_, legacy.regex, legacy.choice, legacy.grammar)):
         legacy_names = {key: f"guided_{key}" for key in ("json", "regex", "choice", "grammar")}
-        found.append(_structured(legacy, "guided_*", legacy_names))
+        found += [c for c in [_structured(legacy, "guided_*", legacy_names)] if c is not None]
+    options = _json_options(request)
+    if options is not None:
+        found = [_laid_out(c, options) for c in found]
     # The same constraint under two spellings is one (guidance sends guided_grammar and structured_outputs.grammar).
     return [
         c for i, c in enumerate(found) if all((c.guide_type, c.guide) != (d.guide_type, d.guide) for d in found[:i])
     ]
+
+
+def _json_options(request: _GenerationRequest) -> dict[str, Any] | None:
+    """The request's own JSON layout, if it asks for one (vLLM's fields); None keeps the server's."""
+    structured = request.structured_outputs
+    pattern = request.guided_whitespace_pattern
+    if structured is not None and structured.whitespace_pattern is not None:
+        pattern = structured.whitespace_pattern
+    if pattern is not None:
+        return {**JSON_OPTIONS, "whitespace_pattern": pattern}
+    if structured is not None and structured.disable_any_whitespace:
+        return dict(COMPACT_JSON)
+    return None
+
+
+def _laid_out(constraint: Constraint, options: dict[str, Any]) -> Constraint:
+    """A JSON constraint written with ``options``; others, and malformed schemas (refused later), as they are."""
+    if constraint.guide_type not in _JSON_TYPES:
+        return constraint
+    try:
+        schema = ANY_JSON_OBJECT if constraint.guide is None else json.loads(constraint.guide)
+    except (ValueError, RecursionError):
+        return constraint
+    return Constraint(GuideType.JSON_SCHEMA, json.dumps(with_json_options(schema, options)), constraint.param)
 
 
 _JSON_TYPES = (GuideType.JSON, GuideType.JSON_SCHEMA)

@@ -20,7 +20,8 @@ from llguidance import LLMatcher
 
 from llgtriton.guides import (
     ANY_JSON_OBJECT,
-    JSON_OPTIONS,
+    COMPACT_JSON,
+    MAX_JSON_INDENT,
     MAX_CONCURRENT_COMPILES,
     MAX_GUIDE_BYTES,
     MAX_MESSAGE_CHARS,
@@ -33,6 +34,7 @@ from llgtriton.guides import (
     llguidance_panics_refused,
     on_compile_thread,
     schema_depth,
+    with_json_options,
 )
 from llgtriton.wire import GuideType
 
@@ -178,40 +180,69 @@ def test_choice_accepts_the_choices_and_nothing_else(choices: list[str], other: 
     assert accepts(grammar, other) == (other in choices)
 
 
-# JSON: exactly ", " and ": " and no other whitespace -----------------------------------------
+# JSON layout: bounded whitespace by default, compact on request ----------------------------------
 
-
-def test_json_options_are_the_compact_python_style() -> None:
-    assert JSON_OPTIONS == {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+LAYOUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}},
+}
+OBJECT = {"a": 1, "b": [1, 2]}
 
 
 @pytest.mark.parametrize("guide_type", [GuideType.JSON, GuideType.JSON_SCHEMA])
-def test_json_output_uses_exactly_the_python_separators(guide_type: GuideType) -> None:
-    schema = {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}},
-    }
-    grammar = compiled(guide_type, json.dumps(schema))
-    assert accepts(grammar, '{"a": 1, "b": [1, 2]}')
-    assert accepts(grammar, json.dumps({"a": 1, "b": [1, 2]}))
+def test_json_follows_the_layouts_a_prompt_shows(guide_type: GuideType) -> None:
+    grammar = compiled(guide_type, json.dumps(LAYOUT_SCHEMA))
+    for text in [
+        json.dumps(OBJECT),
+        json.dumps(OBJECT, separators=(",", ":")),
+        json.dumps(OBJECT, indent=2),
+        json.dumps(OBJECT, indent=4),
+        json.dumps(OBJECT, indent="\t"),
+        '{ "a": 1 }',
+        '{"a" : 1}',
+    ]:
+        assert accepts(grammar, text), text
+
+
+@pytest.mark.parametrize("guide_type", [GuideType.JSON, GuideType.JSON_SCHEMA])
+def test_json_whitespace_is_bounded_so_a_model_cannot_loop_on_it(guide_type: GuideType) -> None:
+    grammar = compiled(guide_type, json.dumps(LAYOUT_SCHEMA))
+    for text in [
+        '{"a":  1}',
+        '{"a":\n\n1}',
+        '{\n \n"a": 1}',
+        "{\n" + " " * (MAX_JSON_INDENT + 1) + '"a": 1}',
+        '{"a": 1}\n',
+        '\n{"a": 1}',
+        '{"a":\r1}',
+    ]:
+        assert not accepts(grammar, text), text
+    assert accepts(grammar, "{\n" + " " * MAX_JSON_INDENT + '"a": 1}')
+
+
+def test_compact_json_is_exactly_the_python_separators() -> None:
+    grammar = compiled(GuideType.JSON_SCHEMA, json.dumps(with_json_options(LAYOUT_SCHEMA, COMPACT_JSON)))
+    assert accepts(grammar, json.dumps(OBJECT))
     for text in [
         '{"a":1}',
         '{ "a": 1}',
-        '{"a": 1 }',
         '{"a" : 1}',
-        '{"a":  1}',
         '{"a": 1,"b": [1, 2]}',
-        '{"a": 1, "b": [1,2]}',
-        '{"a": 1, "b": [ 1, 2]}',
-        '{"a": 1}\n',
-        '\n{"a": 1}',
         '{\n"a": 1}',
-        '{"a":\n1}',
-        '{"a":\t1}',
-        json.dumps({"a": 1, "b": [1, 2]}, indent=2),
-        json.dumps({"a": 1, "b": [1, 2]}, separators=(",", ":")),
+        json.dumps(OBJECT, indent=2),
+        json.dumps(OBJECT, separators=(",", ":")),
     ]:
         assert not accepts(grammar, text), text
+
+
+def test_a_schemas_own_json_options_win() -> None:
+    own = {**LAYOUT_SCHEMA, "x-guidance": {"whitespace_pattern": "[ ]{0,3}"}}
+    merged = with_json_options(own, COMPACT_JSON)
+    assert merged["x-guidance"]["whitespace_pattern"] == "[ ]{0,3}"
+    assert merged["x-guidance"]["item_separator"] == ", "
+    assert with_json_options(True, COMPACT_JSON) == {"x-guidance": COMPACT_JSON}
+    assert with_json_options(False, COMPACT_JSON) is False
+    assert own["x-guidance"] == {"whitespace_pattern": "[ ]{0,3}"}  # not changed in place
 
 
 @pytest.mark.parametrize("guide", [None, ""])
@@ -258,7 +289,7 @@ def test_true_schema_accepts_any_json(schema: bool | str) -> None:
     check_grammar(grammar)
     for text in ["1", '"x"', "null", "[1, {}]", '{"a": [true]}']:
         assert accepts(grammar, text), text
-    assert not accepts(grammar, "[1,2]")
+    assert not accepts(grammar, "[1,  2]")  # the server's JSON layout holds
 
 
 def test_false_schema_is_refused() -> None:

@@ -90,6 +90,50 @@ async def test_json_object_is_json_without_a_guide(http: httpx.AsyncClient, clie
     assert (request.guide_type, request.guide) == (GuideType.JSON, None)
 
 
+PRETTY = json.dumps({"name": "Ann", "age": 3}, indent=2)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(
+    ("fields", "compact", "pretty"),
+    [
+        ({}, True, True),  # the server's bounded whitespace: either layout
+        ({"structured_outputs": {"disable_any_whitespace": True}}, True, False),
+        ({"structured_outputs": {"whitespace_pattern": "[ ]?"}}, True, False),
+        ({"guided_whitespace_pattern": "[ \\n]{0,3}"}, True, True),
+    ],
+)
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        {"response_format": {"type": "json_object"}},
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}},
+        {"guided_json": SCHEMA},
+    ],
+)
+async def test_a_request_can_choose_its_json_layout(
+    http: httpx.AsyncClient,
+    client: ScriptedClient,
+    path: str,
+    fields: dict[str, Any],
+    compact: bool,
+    pretty: bool,
+    constraint: dict[str, Any],
+) -> None:
+    request = await _constraint(http, client, path, **constraint, **fields)
+    grammar = grammar_for(request.guide_type or GuideType.JSON, request.guide)
+    assert accepts(grammar, json.dumps({"name": "Ann", "age": 3})) is compact
+    assert accepts(grammar, PRETTY) is pretty
+    has_schema = constraint.get("response_format", {}).get("type") != "json_object"
+    assert accepts(grammar, '{"name": 1}') is not has_schema  # the schema still holds
+
+
+async def test_a_json_layout_leaves_other_constraints_alone(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    fields = {"structured_outputs": {"regex": "[0-9]+", "disable_any_whitespace": True}}
+    request = await _constraint(http, client, CHAT, **fields)
+    assert (request.guide_type, request.guide) == (GuideType.REGEX, "[0-9]+")
+
+
 @pytest.mark.parametrize("path", PATHS)
 async def test_text_response_format_is_no_constraint(
     http: httpx.AsyncClient, client: ScriptedClient, path: str
