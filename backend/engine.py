@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+
+@dataclass(frozen=True)
+class PromptScores:
+    """Each prompt token after the first, scored given the tokens before it: its log probability and
+    the ``top`` most likely tokens there, as (token id, log probability)."""
+
+    logprobs: tuple[float, ...]
+    alternatives: tuple[tuple[tuple[int, float], ...], ...]
 
 
 class Engine(Protocol):
@@ -15,7 +25,8 @@ class Engine(Protocol):
     the logits of their next tokens as ``[len(seq_ids), vocab_size]`` rows in the same order;
     ``decode`` advances every named sequence by one token in a single forward pass and returns
     their next-token logits as ``[len(seq_ids), vocab_size]`` rows in the same order;
-    ``release`` forgets a sequence (finished or cancelled).
+    ``release`` forgets a sequence (finished or cancelled); ``score_prompt`` runs a prompt on its
+    own, outside any batch, to score its tokens (``echo`` with ``logprobs``).
     """
 
     @property
@@ -39,6 +50,8 @@ class Engine(Protocol):
     def decode(self, seq_ids: Sequence[int], token_ids: Sequence[int]) -> torch.Tensor: ...
 
     def release(self, seq_id: int) -> None: ...
+
+    def score_prompt(self, prompt: Sequence[int], top: int) -> PromptScores: ...
 
 
 def current_stream_ptr(device: torch.device) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from backend.detokenizer import Decoder, IncrementalDetokenizer
 from backend.requests import EngineRequest, ResponseSink
 from backend.stop_strings import StopStringFilter
-from llgtriton.wire import FinishReason, GenerationOutput, TokenLogprob
+from llgtriton.wire import FinishReason, GenerationOutput, PromptLogprobs, TokenLogprob
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class OutputStream:
     generated: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)  # emitted text, kept for non-streaming responses
     logprobs: list[TokenLogprob] = field(default_factory=list)  # of tokens not sent yet
+    prompt_logprobs: PromptLogprobs | None = None  # not sent yet: they go with the first response
 
     @staticmethod
     def parts(request: EngineRequest, decoder: Decoder) -> tuple[IncrementalDetokenizer, StopStringFilter]:
@@ -63,12 +64,14 @@ class OutputStream:
         logprobs = None
         if self.request.logprobs is not None:
             logprobs, self.logprobs = tuple(self.logprobs), []
+        prompt_logprobs, self.prompt_logprobs = self.prompt_logprobs, None
         return GenerationOutput(
             text=text,
             finish_reason=finish_reason,
             prompt_tokens=len(self.request.prompt_ids),
             completion_tokens=len(self.generated),
             logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
         )
 
     def push(self, token: int, eos: Collection[int], max_model_len: int) -> GenerationOutput | None:

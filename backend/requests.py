@@ -58,6 +58,7 @@ class EngineRequest:
     grammar: str | None = None  # an llguidance grammar; the output must match it
     logits_processor: LogitsPostProcessor | None = None
     logprobs: int | None = None  # report logprobs with this many alternatives (None: do not)
+    prompt_logprobs: int | None = None  # score the prompt's tokens, with this many alternatives (None: do not)
 
 
 class ResponseSink(Protocol):

@@ -48,7 +48,7 @@ from backend.sampling import (
     token_logprobs,
 )
 from backend.telemetry import StepCounters
-from llgtriton.wire import Alternative, GenerationOutput, TokenLogprob
+from llgtriton.wire import Alternative, FinishReason, GenerationOutput, PromptLogprobs, TokenLogprob
 
 logger = logging.getLogger(__name__)
 
@@ -261,19 +261,25 @@ class Scheduler:
         if sink.is_cancelled():
             deliver(sink, GenerationOutput(text="", prompt_tokens=len(request.prompt_ids)), final=True)
             return None
+        prompt_logprobs = self._score(request) if request.prompt_logprobs is not None else None
         seq_id = next(self._ids)
+        detokenizer, stop_filter = OutputStream.parts(request, self._decoder)
+        if request.max_tokens == 0:  # scoring only: nothing to generate
+            stream = OutputStream(request, sink, detokenizer, stop_filter, prompt_logprobs=prompt_logprobs)
+            deliver(sink, stream.output("", FinishReason.LENGTH), final=True)
+            return None
         if request.grammar is not None:
             if self._guidance is None:
                 deliver_failure(sink, InvalidRequest("this engine has no constraint support"))
                 return None
             assert waiting.matcher is not None  # submit() compiled it, or found it in the cache
             self._guidance[0].add(seq_id, waiting.matcher, len(request.prompt_ids))
-        detokenizer, stop_filter = OutputStream.parts(request, self._decoder)
         seq = _Sequence(
             request,
             sink,
             detokenizer,
             stop_filter,
+            prompt_logprobs=prompt_logprobs,
             seq_id=seq_id,
             generator=make_generator(request.sampling.seed, self._engine.device),
         )
@@ -321,6 +327,20 @@ class Scheduler:
             if seq in reporting and token not in self._eos:  # the end token is not part of the output
                 seq.logprobs.append(self._logprob(reporting[seq], token, seq.request.logprobs or 0))
         return sampled
+
+    def _score(self, request: EngineRequest) -> PromptLogprobs:
+        """The prompt's tokens scored by the model (each given the ones before it)."""
+        prompt = request.prompt_ids
+        scores = self._engine.score_prompt(prompt, request.prompt_logprobs or 0)
+        rest = tuple(
+            TokenLogprob(
+                self._token_bytes(token),
+                logprob,
+                tuple(Alternative(self._token_bytes(t), value) for t, value in alternatives),
+            )
+            for token, logprob, alternatives in zip(prompt[1:], scores.logprobs, scores.alternatives, strict=True)
+        )
+        return PromptLogprobs(self._token_bytes(prompt[0]), rest)
 
     def _logprob(self, logits: torch.Tensor, token: int, top: int) -> TokenLogprob:
         logprob, alternatives = token_logprobs(logits, token, top)

@@ -192,14 +192,19 @@ class GenerationService:
         room = self.max_model_len - len(ids)
         _check(room > 0, f"the prompt has {len(ids)} tokens; the context is {self.max_model_len} tokens")
         max_tokens = room if request.max_tokens is None else request.max_tokens
-        _check(max_tokens >= 1, f"max_tokens must be >= 1, got {max_tokens}")
+        # 0 only scores the prompt (echo with logprobs)
+        least = 0 if request.prompt_logprobs else 1
+        _check(max_tokens >= least, f"max_tokens must be >= {least}, got {max_tokens}")
         _check(
             max_tokens <= room,
             f"the context is {self.max_model_len} tokens, but {len(ids) + max_tokens} were requested "
             f"({len(ids)} in the prompt, {max_tokens} to generate)",
         )
         _check(0 <= request.top_logprobs <= MAX_TOP_LOGPROBS, f"top_logprobs must be 0-{MAX_TOP_LOGPROBS}")
-        _check(request.logprobs or not request.top_logprobs, "top_logprobs needs logprobs")
+        _check(
+            request.logprobs or request.prompt_logprobs or not request.top_logprobs,
+            "top_logprobs needs logprobs or prompt logprobs",
+        )
         for token, bias in request.logit_bias:
             _check(token < self._vocab_size, f"logit_bias names token {token}; the vocabulary has {self._vocab_size}")
             _check(
@@ -215,6 +220,7 @@ class GenerationService:
             stream=request.stream,
             grammar=grammar,
             logprobs=request.top_logprobs if request.logprobs else None,
+            prompt_logprobs=request.top_logprobs if request.prompt_logprobs else None,
         )
 
     def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:

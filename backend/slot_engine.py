@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from backend.engine import current_stream_ptr
-from backend.torch_engine import cache_layers, forward_left_padded, output_cache, prefill_in_batches
+from backend.engine import PromptScores, current_stream_ptr
+from backend.torch_engine import cache_layers, forward_left_padded, output_cache, prefill_in_batches, score_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +150,9 @@ class SlotEngine:
     def graphs(self) -> int:
         """CUDA graphs captured so far, one per decode shape met."""
         return len(self._graphs)
+
+    def score_prompt(self, prompt: Sequence[int], top: int) -> PromptScores:
+        return score_prompt(self._model, prompt, top, self._device)
 
     @torch.inference_mode()
     def prefill(self, seq_ids: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor:

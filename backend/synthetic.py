@@ -46,6 +46,8 @@ class SyntheticService:
     def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
         if request.max_tokens is not None and request.max_tokens < 1:
             raise InvalidRequest(f"max_tokens must be >= 1, got {request.max_tokens}")
+        if request.logprobs or request.prompt_logprobs:
+            raise InvalidRequest("the synthetic engine has no model, so no logprobs")
         if self._jobs.qsize() >= self._max_queue_size:
             raise Unavailable(f"the request queue is full ({self._max_queue_size} waiting); retry later")
         self._jobs.put(_Job(request, sink))

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from backend.engine import current_stream_ptr
+from backend.engine import PromptScores, current_stream_ptr
 
 # Padded prompt tokens per prefill forward pass: bounds the activation memory of a burst of arrivals.
 PREFILL_TOKEN_BUDGET = 8192
@@ -108,6 +108,37 @@ def forward_left_padded(
     return out, mask
 
 
+SCORED_ROWS = 512  # prompt positions whose vocabulary-wide logits exist at once while scoring
+
+
+@torch.inference_mode()
+def score_prompt(model: PreTrainedModel, prompt: Sequence[int], top: int, device: torch.device) -> PromptScores:
+    """The model's log probability of each prompt token after the first, given the ones before it.
+
+    The decoder runs once over the whole prompt; the output head runs on :data:`SCORED_ROWS`
+    positions at a time, so a long prompt never holds ``len(prompt) x vocab`` logits.
+    """
+    ids = torch.tensor([list(prompt)], dtype=torch.long, device=device)
+    decoder: Any = model.get_decoder()  # type: ignore[no-untyped-call]
+    hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state[0]
+    head: Any = model.get_output_embeddings()  # type: ignore[no-untyped-call]
+    logprobs: list[float] = []
+    alternatives: list[tuple[tuple[int, float], ...]] = []
+    for start in range(0, len(prompt) - 1, SCORED_ROWS):
+        end = min(start + SCORED_ROWS, len(prompt) - 1)
+        rows = torch.log_softmax(head(hidden[start:end]).float(), dim=-1)
+        logprobs += rows.gather(1, ids[0, start + 1 : end + 1, None])[:, 0].tolist()
+        if top > 0:
+            values, tokens = rows.topk(min(top, rows.shape[-1]), dim=-1)
+            alternatives += [
+                tuple(zip(row_tokens, row_values, strict=True))
+                for row_tokens, row_values in zip(tokens.tolist(), values.tolist(), strict=True)
+            ]
+        else:
+            alternatives += [()] * (end - start)
+    return PromptScores(tuple(logprobs), tuple(alternatives))
+
+
 @dataclass
 class _Group:
     """Rows of one cache: the decode batch, or prefilled prompts waiting to join it."""
@@ -181,6 +212,9 @@ class TorchEngine:
     def rows(self) -> int:
         """Rows in the decode batch cache, dead ones included (for tests and metrics)."""
         return 0 if self._batch is None else len(self._batch.rows)
+
+    def score_prompt(self, prompt: Sequence[int], top: int) -> PromptScores:
+        return score_prompt(self._model, prompt, top, self._device)
 
     @torch.inference_mode()
     def prefill(self, seq_ids: Sequence[int], prompts: Sequence[Sequence[int]]) -> torch.Tensor:

@@ -39,6 +39,7 @@ GUIDE_TYPE = "guided_decoding_guide_type"
 GUIDE = "guided_decoding_guide"
 RETURN_LOG_PROBS = "return_log_probs"  # TensorRT-LLM's name
 TOP_LOGPROBS = "top_logprobs"
+RETURN_PROMPT_LOG_PROBS = "return_prompt_log_probs"  # the prompt's own tokens' logprobs, for scoring
 LOGIT_BIAS = "logit_bias"  # JSON object {"<token id>": bias}, as OpenAI's
 
 # Bounds both the proxy and the backend enforce (OpenAI's own).
@@ -62,6 +63,7 @@ FINISH_REASON = "finish_reason"
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
 TOKEN_LOGPROBS = "token_logprobs"  # JSON list, one entry per token of this response ("" when not asked)
+PROMPT_LOGPROBS = "prompt_logprobs"  # JSON object, on a request's first response ("" otherwise)
 
 # Triton data types of every tensor, as written in config.pbtxt (TYPE_<name>).
 INPUT_TYPES: dict[str, str] = {
@@ -80,6 +82,7 @@ INPUT_TYPES: dict[str, str] = {
     GUIDE: "STRING",
     RETURN_LOG_PROBS: "BOOL",
     TOP_LOGPROBS: "INT32",
+    RETURN_PROMPT_LOG_PROBS: "BOOL",
     LOGIT_BIAS: "STRING",
 }
 OUTPUT_TYPES: dict[str, str] = {
@@ -88,6 +91,7 @@ OUTPUT_TYPES: dict[str, str] = {
     NUM_INPUT_TOKENS: "INT32",
     NUM_OUTPUT_TOKENS: "INT32",
     TOKEN_LOGPROBS: "STRING",
+    PROMPT_LOGPROBS: "STRING",
 }
 # Inputs whose dims are [-1] (a list per request); all others are [1].
 LIST_INPUTS = frozenset({STOP_WORDS})
@@ -178,7 +182,8 @@ class GenerationRequest:
     guide_type: GuideType | None = None
     guide: str | None = None
     logprobs: bool = False  # report each generated token's log probability
-    top_logprobs: int = 0  # and this many most likely alternatives (needs logprobs)
+    top_logprobs: int = 0  # and this many most likely alternatives (needs logprobs or prompt_logprobs)
+    prompt_logprobs: bool = False  # report the prompt tokens' log probabilities (max_tokens may then be 0)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
 
     def __post_init__(self) -> None:
@@ -202,6 +207,14 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True)
+class PromptLogprobs:
+    """The prompt's tokens, each scored given the tokens before it; nothing scores the first."""
+
+    first: bytes
+    rest: tuple[TokenLogprob, ...]
+
+
+@dataclass(frozen=True)
 class GenerationOutput:
     """One response of a generation: a text delta (streaming) or the whole text."""
 
@@ -211,6 +224,7 @@ class GenerationOutput:
     completion_tokens: int = 0
     # The tokens this response covers, when the request asked for logprobs (None otherwise).
     logprobs: tuple[TokenLogprob, ...] | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # on the first response, when the request asked
 
 
 # Encoding -----------------------------------------------------------------------------------
@@ -256,24 +270,43 @@ def encode_request(request: GenerationRequest) -> dict[str, Array]:
     if request.logprobs:
         tensors[RETURN_LOG_PROBS] = _scalar(RETURN_LOG_PROBS, True)
         tensors[TOP_LOGPROBS] = _scalar(TOP_LOGPROBS, request.top_logprobs)
+    if request.prompt_logprobs:
+        tensors[RETURN_PROMPT_LOG_PROBS] = _scalar(RETURN_PROMPT_LOG_PROBS, True)
+        tensors[TOP_LOGPROBS] = _scalar(TOP_LOGPROBS, request.top_logprobs)
     if request.logit_bias:
         tensors[LOGIT_BIAS] = _scalar(LOGIT_BIAS, json.dumps({str(t): b for t, b in request.logit_bias}))
     return tensors
 
 
+def _entries(entries: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "token": list(e.token),
+            "logprob": e.logprob,
+            "top": [{"token": list(a.token), "logprob": a.logprob} for a in e.top],
+        }
+        for e in entries
+    ]
+
+
 def _logprobs_json(entries: tuple[TokenLogprob, ...] | None) -> str:
-    if entries is None:
+    return "" if entries is None else json.dumps(_entries(entries), separators=(",", ":"))
+
+
+def _prompt_logprobs_json(prompt: PromptLogprobs | None) -> str:
+    if prompt is None:
         return ""
-    return json.dumps(
-        [
-            {
-                "token": list(e.token),
-                "logprob": e.logprob,
-                "top": [{"token": list(a.token), "logprob": a.logprob} for a in e.top],
-            }
-            for e in entries
-        ],
-        separators=(",", ":"),
+    return json.dumps({"first": list(prompt.first), "rest": _entries(prompt.rest)}, separators=(",", ":"))
+
+
+def _entries_from(items: Any) -> tuple[TokenLogprob, ...]:
+    return tuple(
+        TokenLogprob(
+            bytes(e["token"]),
+            float(e["logprob"]),
+            tuple(Alternative(bytes(a["token"]), float(a["logprob"])) for a in e["top"]),
+        )
+        for e in items
     )
 
 
@@ -281,16 +314,19 @@ def _logprobs_from_json(payload: str) -> tuple[TokenLogprob, ...] | None:
     if not payload:
         return None
     try:
-        return tuple(
-            TokenLogprob(
-                bytes(e["token"]),
-                float(e["logprob"]),
-                tuple(Alternative(bytes(a["token"]), float(a["logprob"])) for a in e["top"]),
-            )
-            for e in json.loads(payload)
-        )
+        return _entries_from(json.loads(payload))
     except (ValueError, TypeError, KeyError) as exc:
         raise WireError(f"{TOKEN_LOGPROBS!r} is malformed: {exc}") from None
+
+
+def _prompt_logprobs_from_json(payload: str) -> PromptLogprobs | None:
+    if not payload:
+        return None
+    try:
+        document = json.loads(payload)
+        return PromptLogprobs(bytes(document["first"]), _entries_from(document["rest"]))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise WireError(f"{PROMPT_LOGPROBS!r} is malformed: {exc}") from None
 
 
 def encode_output(output: GenerationOutput) -> dict[str, Array]:
@@ -301,6 +337,7 @@ def encode_output(output: GenerationOutput) -> dict[str, Array]:
         NUM_INPUT_TOKENS: _scalar(NUM_INPUT_TOKENS, output.prompt_tokens),
         NUM_OUTPUT_TOKENS: _scalar(NUM_OUTPUT_TOKENS, output.completion_tokens),
         TOKEN_LOGPROBS: _scalar(TOKEN_LOGPROBS, _logprobs_json(output.logprobs)),
+        PROMPT_LOGPROBS: _scalar(PROMPT_LOGPROBS, _prompt_logprobs_json(output.prompt_logprobs)),
     }
 
 
@@ -418,6 +455,7 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
             raise WireError(f"unknown {GUIDE_TYPE} {name!r}; use one of {allowed}") from None
     stream_value = _one(get, STREAM)
     logprobs_value = _one(get, RETURN_LOG_PROBS)
+    prompt_logprobs_value = _one(get, RETURN_PROMPT_LOG_PROBS)
     bias_value = _one(get, LOGIT_BIAS)
     request = GenerationRequest(
         prompt=None if prompt_value is None else _text(prompt_value, TEXT_INPUT),
@@ -435,6 +473,7 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
         guide=None if guide_value is None else _text(guide_value, GUIDE),
         logprobs=bool(logprobs_value) if logprobs_value is not None else False,
         top_logprobs=_int(get, TOP_LOGPROBS) or 0,
+        prompt_logprobs=bool(prompt_logprobs_value) if prompt_logprobs_value is not None else False,
         logit_bias=() if bias_value is None else _logit_bias(_text(bias_value, LOGIT_BIAS)),
     )
     _check_bounds(request)
@@ -470,4 +509,5 @@ def decode_output_values(values: ValuesGetter) -> GenerationOutput:
         prompt_tokens=int(prompt_tokens or 0),  # type: ignore[call-overload]
         completion_tokens=int(completion_tokens or 0),  # type: ignore[call-overload]
         logprobs=_logprobs_from_json(_text(_single(values, TOKEN_LOGPROBS) or b"", TOKEN_LOGPROBS)),
+        prompt_logprobs=_prompt_logprobs_from_json(_text(_single(values, PROMPT_LOGPROBS) or b"", PROMPT_LOGPROBS)),
     )

@@ -34,16 +34,23 @@ def chat_logprobs(entries: Sequence[wire.TokenLogprob]) -> ChatLogprobs:
     )
 
 
-def completion_logprobs(entries: Sequence[wire.TokenLogprob], top: int, offset: int) -> CompletionLogprobs:
-    """Columns for ``entries``; ``offset`` is where their text starts in the choice's text."""
+def completion_logprobs(
+    entries: Sequence[wire.TokenLogprob], top: int, offset: int, prompt: wire.PromptLogprobs | None = None
+) -> CompletionLogprobs:
+    """Columns for ``entries``, after the echoed ``prompt``'s when given (its first token unscored);
+    ``offset`` is where their text starts in the choice's text."""
     tokens = [_text(entry.token) for entry in entries]
+    token_logprobs: list[float | None] = [entry.logprob for entry in entries]
+    tops: list[dict[str, float] | None] = [{_text(a.token): a.logprob for a in entry.top} for entry in entries]
+    if prompt is not None:
+        scored = prompt.rest
+        tokens = [_text(prompt.first), *(_text(entry.token) for entry in scored), *tokens]
+        token_logprobs = [None, *(entry.logprob for entry in scored), *token_logprobs]
+        tops = [None, *({_text(a.token): a.logprob for a in entry.top} for entry in scored), *tops]
     offsets = []
     for token in tokens:
         offsets.append(offset)
         offset += len(token)
     return CompletionLogprobs(
-        tokens=tokens,
-        token_logprobs=[entry.logprob for entry in entries],
-        top_logprobs=[{_text(a.token): a.logprob for a in entry.top} for entry in entries] if top else None,
-        text_offset=offsets,
+        tokens=tokens, token_logprobs=token_logprobs, top_logprobs=tops if top else None, text_offset=offsets
     )

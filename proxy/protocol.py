@@ -235,7 +235,8 @@ class ChatCompletionRequest(_GenerationRequest):
 
 class CompletionRequest(_GenerationRequest):
     prompt: str | list[str] = Field(json_schema_extra={"anyOf": [{"type": "string"}, _ONE_PROMPT]})
-    max_tokens: TokenCount | None = 16
+    # 0 generates nothing: with echo and logprobs, the prompt is only scored
+    max_tokens: Annotated[int, Field(ge=0, le=INT32_MAX), BeforeValidator(_integral)] | None = 16
     echo: bool | None = None
     logprobs: Annotated[int, Field(ge=0, le=5), BeforeValidator(_integral)] | None = None
     suffix: str | None = None
@@ -373,8 +374,8 @@ class ChatCompletionChunk(_Response):
 
 class CompletionLogprobs(_Response):
     tokens: list[str]
-    token_logprobs: list[float | None]
-    top_logprobs: list[dict[str, float]] | None
+    token_logprobs: list[float | None]  # None for the prompt's first token (echo), which nothing scores
+    top_logprobs: list[dict[str, float] | None] | None
     text_offset: list[int]
 
 

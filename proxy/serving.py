@@ -24,6 +24,7 @@ from proxy.protocol import (
     ChatDelta,
     Completion,
     CompletionChoice,
+    CompletionLogprobs,
     CompletionRequest,
     FinishReasonName,
     FunctionCall,
@@ -47,6 +48,7 @@ class _Finished:
     text: str
     last: wire.GenerationOutput
     logprobs: tuple[wire.TokenLogprob, ...] | None
+    prompt_logprobs: wire.PromptLogprobs | None = None
 
     @property
     def reason(self) -> wire.FinishReason:
@@ -57,15 +59,17 @@ class _Finished:
 async def _final(outputs: AsyncIterator[wire.GenerationOutput]) -> _Finished:
     parts: list[str] = []
     logprobs: list[wire.TokenLogprob] = []
+    prompt_logprobs: wire.PromptLogprobs | None = None
     last: wire.GenerationOutput | None = None
     async for output in outputs:
         parts.append(output.text)
         logprobs.extend(output.logprobs or ())
+        prompt_logprobs = prompt_logprobs or output.prompt_logprobs
         last = output
     if last is None or last.finish_reason is None:
         raise InternalError("the generation ended without a finish reason")
     # Every output of a request that asked for logprobs carries them (possibly empty); others carry None.
-    return _Finished("".join(parts), last, None if last.logprobs is None else tuple(logprobs))
+    return _Finished("".join(parts), last, None if last.logprobs is None else tuple(logprobs), prompt_logprobs)
 
 
 def _copies(generation: wire.GenerationRequest, n: int) -> list[wire.GenerationRequest]:
@@ -179,6 +183,19 @@ def _assistant(
     return AssistantMessage(content=None, tool_calls=tool_calls), finish
 
 
+def _completion_logprobs(
+    request: CompletionRequest,
+    generated: Sequence[wire.TokenLogprob] | None,
+    prompt: wire.PromptLogprobs | None,
+    offset: int,
+) -> CompletionLogprobs | None:
+    """A completion choice's logprobs columns, when the request asked for them: the echoed prompt's
+    (when given), then the generated tokens'."""
+    if request.logprobs is None or (generated is None and prompt is None):
+        return None
+    return completion_logprobs(generated or (), request.logprobs, offset, prompt if request.echo else None)
+
+
 class Generations:
     """Serves chat and text completions through a :class:`GenerationClient`; ``n`` choices are ``n``
     generations run side by side."""
@@ -267,9 +284,7 @@ class Generations:
                 index=index,
                 text=echo + done.text,
                 finish_reason=done.reason.value,
-                logprobs=completion_logprobs(done.logprobs, generation.top_logprobs, len(echo))
-                if done.logprobs is not None
-                else None,
+                logprobs=_completion_logprobs(request, done.logprobs, done.prompt_logprobs, 0),
             )
             for index, done in enumerate(finished)
         ]
@@ -294,15 +309,15 @@ class Generations:
                 return Completion(id=completion_id, created=created, model=self.model_name, choices=[choice])
 
             offset = 0
-            if request.echo:
-                offset = len(request.prompt_text())
-                yield chunk(request.prompt_text())
+            echo = request.prompt_text() if request.echo else ""
             last: wire.GenerationOutput | None = None
             async for output in self._client.generate(copy, _request_id(completion_id, index, request.n)):
+                if echo:  # with the first output, which carries the prompt's logprobs when asked
+                    scored = _completion_logprobs(request, (), output.prompt_logprobs, 0)
+                    yield chunk(echo, logprobs=scored)
+                    offset, echo = len(echo), ""
                 if output.text or output.logprobs:
-                    logprobs = None
-                    if output.logprobs is not None:
-                        logprobs = completion_logprobs(output.logprobs, copy.top_logprobs, offset)
+                    logprobs = _completion_logprobs(request, output.logprobs, None, offset)
                     yield chunk(output.text, logprobs=logprobs)
                     offset += len(output.text)
                 last = output

@@ -300,8 +300,8 @@ def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
 
 
 def completion_generation(request: CompletionRequest) -> wire.GenerationRequest:
-    if request.echo and request.logprobs is not None:
-        raise _refuse("echo with logprobs (the prompt's own logprobs)", "echo")
+    if request.max_tokens == 0 and not request.echo:
+        raise InvalidRequestError("max_tokens 0 generates nothing; send echo to score the prompt", param="max_tokens")
     if request.suffix:
         raise _refuse("suffix", "suffix")
     if request.best_of not in (None, 1):
@@ -312,5 +312,7 @@ def completion_generation(request: CompletionRequest) -> wire.GenerationRequest:
         max_tokens=request.max_tokens,
         logprobs=request.logprobs is not None,
         top_logprobs=request.logprobs or 0,
+        # the prompt's own logprobs; with max_tokens 0 they are what the engine is asked for
+        prompt_logprobs=bool(request.echo) and (request.logprobs is not None or request.max_tokens == 0),
         **_common(request, constraint),
     )

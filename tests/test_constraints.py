@@ -77,7 +77,8 @@ def test_llguidance_ends_sequences_with_the_engines_eos(
 
 
 def test_any_json_object(scheduler: Scheduler, loaded_model: Any) -> None:
-    (sink,) = generate(scheduler, constrained(chat(loaded_model, "Describe a cat as JSON"), GuideType.JSON, None))
+    prompt = chat(loaded_model, "Describe a cat as a JSON object with its name and age.")
+    (sink,) = generate(scheduler, constrained(prompt, GuideType.JSON, None))
     assert isinstance(json.loads(sink.text), dict)
     assert sink.outputs[-1].finish_reason == FinishReason.STOP
 

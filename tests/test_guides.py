@@ -21,9 +21,9 @@ from llguidance import LLMatcher
 from llgtriton.guides import (
     ANY_JSON_OBJECT,
     COMPACT_JSON,
-    MAX_JSON_INDENT,
     MAX_CONCURRENT_COMPILES,
     MAX_GUIDE_BYTES,
+    MAX_JSON_INDENT,
     MAX_MESSAGE_CHARS,
     CompilerBusy,
     GuideError,

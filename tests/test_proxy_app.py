@@ -542,7 +542,6 @@ async def test_body_over_the_limit_is_a_413(client: ScriptedClient) -> None:
 
 
 UNSUPPORTED = [
-    ("/v1/completions", {"echo": True, "logprobs": 2}, "echo"),
     ("/v1/completions", {"suffix": "end"}, "suffix"),
     ("/v1/completions", {"best_of": 2}, "best_of"),
 ]

@@ -95,7 +95,7 @@ PRETTY = json.dumps({"name": "Ann", "age": 3}, indent=2)
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize(
-    ("fields", "compact", "pretty"),
+    "layout",
     [
         ({}, True, True),  # the server's bounded whitespace: either layout
         ({"structured_outputs": {"disable_any_whitespace": True}}, True, False),
@@ -115,11 +115,10 @@ async def test_a_request_can_choose_its_json_layout(
     http: httpx.AsyncClient,
     client: ScriptedClient,
     path: str,
-    fields: dict[str, Any],
-    compact: bool,
-    pretty: bool,
+    layout: tuple[dict[str, Any], bool, bool],
     constraint: dict[str, Any],
 ) -> None:
+    fields, compact, pretty = layout
     request = await _constraint(http, client, path, **constraint, **fields)
     grammar = grammar_for(request.guide_type or GuideType.JSON, request.guide)
     assert accepts(grammar, json.dumps({"name": "Ann", "age": 3})) is compact

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import httpx
 import openai
+import pytest
 from openai.types import Completion as SdkCompletion
 from openai.types.chat import ChatCompletion as SdkChatCompletion
 from openai.types.chat import ChatCompletionChunk as SdkChatCompletionChunk
@@ -140,11 +142,61 @@ async def test_echo_prepends_the_prompt(sdk: openai.AsyncOpenAI, client: Scripte
     assert "".join([c.choices[0].text async for c in stream if c.choices]) == "Once uponHello world"
 
 
-async def test_echo_with_logprobs_is_refused(http: httpx.AsyncClient) -> None:
-    body = {"model": MODEL, "prompt": "x", "echo": True, "logprobs": 1}
-    response = await http.post("/v1/completions", json=body)
+PROMPT_SCORES = wire.PromptLogprobs(
+    b"Once",
+    (wire.TokenLogprob(b" upon", -1.0, (wire.Alternative(b" upon", -1.0), wire.Alternative(b" more", -2.0))),),
+)
+
+
+@pytest.mark.parametrize("max_tokens", [0, 2])
+async def test_echo_with_logprobs_scores_the_prompt(
+    sdk: openai.AsyncOpenAI, client: ScriptedClient, max_tokens: int
+) -> None:
+    """lm-eval's loglikelihood request: the prompt's tokens come back scored, the first one unscored."""
+    generated = WITH_LOGPROBS if max_tokens else (wire.GenerationOutput("", wire.FinishReason.LENGTH, 7, 0, ()),)
+    client.script([dataclasses.replace(generated[0], prompt_logprobs=PROMPT_SCORES), *generated[1:]])
+    response = await sdk.completions.create(
+        model=MODEL, prompt="Once upon", echo=True, logprobs=2, max_tokens=max_tokens
+    )
+    (request,) = client.requests
+    assert (request.prompt_logprobs, request.top_logprobs, request.max_tokens) == (True, 2, max_tokens)
+    choice = response.choices[0]
+    logprobs = choice.logprobs
+    assert logprobs is not None
+    words = ["Hello", " world"] if max_tokens else []
+    assert choice.text == "Once upon" + "".join(words)
+    assert logprobs.tokens == ["Once", " upon", *words]
+    assert logprobs.token_logprobs == [None, -1.0, *([-0.25, -0.5] if max_tokens else [])]
+    assert logprobs.top_logprobs is not None
+    assert logprobs.top_logprobs[:2] == [None, {" upon": -1.0, " more": -2.0}]
+    assert logprobs.text_offset == [0, 4, 9, 14][: 2 + len(words)]
+    assert choice.finish_reason == ("stop" if max_tokens else "length")
+
+
+async def test_streamed_echo_carries_the_prompt_scores_first(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
+    client.script([dataclasses.replace(WITH_LOGPROBS[0], prompt_logprobs=PROMPT_SCORES), WITH_LOGPROBS[1]])
+    stream = await sdk.completions.create(model=MODEL, prompt="Once upon", echo=True, logprobs=1, stream=True)
+    chunks = [chunk async for chunk in stream]
+    first = chunks[0].choices[0]
+    assert first.text == "Once upon"
+    assert first.logprobs is not None and first.logprobs.token_logprobs == [None, -1.0]
+    texts = [chunk.choices[0].text for chunk in chunks if chunk.choices]
+    assert "".join(texts) == "Once uponHello world"
+
+
+async def test_echo_without_logprobs_asks_for_no_scores(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
+    client.script(WITH_LOGPROBS)
+    response = await sdk.completions.create(model=MODEL, prompt="Once upon", echo=True)
+    assert client.requests[0].prompt_logprobs is False
+    assert response.choices[0].text == "Once uponHello world"
+    assert response.choices[0].logprobs is None
+
+
+async def test_max_tokens_0_without_echo_is_a_400(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    response = await http.post("/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 0})
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "unsupported_parameter"
+    assert response.json()["error"]["param"] == "max_tokens"
+    assert client.requests == []
 
 
 async def test_logit_bias_reaches_the_backend(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:

@@ -234,3 +234,44 @@ def test_a_request_larger_than_the_kv_budget_is_refused_not_queued(loaded_model:
     with pytest.raises(InvalidRequest, match="budget is 16"):
         small.submit(request(tokenizer, "The sky is", max_tokens=20), RecordingSink())
     assert small.load == (0, 0)
+
+
+# Prompt scoring (echo with logprobs) ---------------------------------------------------------
+
+
+def reference_scores(loaded_model: Any, prompt: tuple[int, ...]) -> torch.Tensor:
+    """The model's log probabilities over the vocabulary at every prompt position, from one plain forward pass."""
+    with torch.inference_mode():
+        logits = loaded_model.model(input_ids=torch.tensor([prompt])).logits[0]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+@pytest.mark.parametrize("max_tokens", [0, 3])
+def test_the_prompt_is_scored_token_by_token(
+    scheduler: Scheduler, loaded_model: Any, tokenizer: Any, max_tokens: int
+) -> None:
+    scored = request(tokenizer, "The capital of France is Paris", max_tokens=max_tokens, prompt_logprobs=2)
+    (sink,) = run(scheduler, scored)
+    prompt = scored.prompt_ids
+    first = sink.outputs[0].prompt_logprobs
+    assert first is not None
+    assert all(output.prompt_logprobs is None for output in sink.outputs[1:])
+    assert first.first == tokenizer.decode([prompt[0]]).encode()
+    assert [entry.token for entry in first.rest] == [tokenizer.decode([t]).encode() for t in prompt[1:]]
+    reference = reference_scores(loaded_model, prompt)
+    expected = [float(reference[i, token]) for i, token in enumerate(prompt[1:])]
+    assert [entry.logprob for entry in first.rest] == pytest.approx(expected, abs=1e-3)
+    best = reference[:-1].topk(2, dim=-1)
+    for entry, values in zip(first.rest, best.values.tolist(), strict=True):
+        assert [a.logprob for a in entry.top] == pytest.approx(values, abs=1e-3)
+    last = sink.outputs[-1]
+    assert (last.finish_reason, last.completion_tokens) == (FinishReason.LENGTH, max_tokens)
+    assert scheduler.load == (0, 0)
+
+
+def test_scoring_does_not_change_what_is_generated(scheduler: Scheduler, tokenizer: Any) -> None:
+    (plain,) = run(scheduler, request(tokenizer, "Once upon a time", max_tokens=6))
+    (scored,) = run(scheduler, request(tokenizer, "Once upon a time", max_tokens=6, prompt_logprobs=0))
+    assert scored.text == plain.text
+    prompt_logprobs = scored.outputs[0].prompt_logprobs
+    assert prompt_logprobs is not None and all(entry.top == () for entry in prompt_logprobs.rest)

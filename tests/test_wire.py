@@ -65,7 +65,8 @@ def generation_requests(draw: st.DrawFn) -> wire.GenerationRequest:
         guide_type=draw(st.none() | st.sampled_from(list(wire.GuideType))),
         guide=draw(st.none() | texts),
         logprobs=(logprobs := draw(st.booleans())),
-        top_logprobs=draw(st.integers(0, 20)) if logprobs else 0,
+        prompt_logprobs=(prompt_logprobs := draw(st.booleans())),
+        top_logprobs=draw(st.integers(0, 20)) if logprobs or prompt_logprobs else 0,
         logit_bias=tuple(draw(st.dictionaries(st.integers(0, 2**40), st.floats(-100, 100), max_size=4)).items()),
     )
 
@@ -85,6 +86,8 @@ generation_outputs = st.builds(
     prompt_tokens=st.integers(0, INT32_MAX),
     completion_tokens=st.integers(0, INT32_MAX),
     logprobs=st.none() | st.lists(token_logprobs, max_size=3).map(tuple),
+    prompt_logprobs=st.none()
+    | st.builds(wire.PromptLogprobs, first=st.binary(max_size=6), rest=st.lists(token_logprobs, max_size=3).map(tuple)),
 )
 
 

@@ -50,7 +50,7 @@ def sampling_params(
 
 
 def check_supported(request: EngineRequest) -> None:
-    if request.logprobs is not None:
+    if request.logprobs is not None or request.prompt_logprobs is not None:
         raise Unsupported("logprobs are not supported by the trtllm engine yet")
 
 

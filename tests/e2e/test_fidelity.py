@@ -90,6 +90,29 @@ def test_completion_echo_and_logprobs(client: openai.OpenAI) -> None:
     assert all(len(top) <= 3 for top in logprobs.top_logprobs)
 
 
+@pytest.mark.parametrize("max_tokens", [0, 1])
+def test_completion_echo_scores_the_prompt_as_lm_eval_asks(client: openai.OpenAI, max_tokens: int) -> None:
+    """lm-eval's loglikelihood request: echo, logprobs 1, max_tokens 1 (or 0, as other harnesses send)."""
+    prompt = "The capital of France is Paris"
+    scored = client.completions.create(
+        model=MODEL, prompt=prompt, echo=True, logprobs=1, max_tokens=max_tokens, temperature=0
+    )
+    choice = scored.choices[0]
+    logprobs = choice.logprobs
+    assert logprobs is not None and logprobs.tokens is not None and logprobs.token_logprobs is not None
+    assert logprobs.top_logprobs is not None and logprobs.text_offset is not None
+    assert scored.usage is not None
+    assert len(logprobs.tokens) == scored.usage.prompt_tokens + scored.usage.completion_tokens
+    assert scored.usage.completion_tokens == max_tokens
+    assert "".join(logprobs.tokens) == choice.text
+    assert choice.text.startswith(prompt)
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    for value, top in zip(logprobs.token_logprobs[1:], logprobs.top_logprobs[1:], strict=True):
+        assert value is not None and value <= 0
+        assert top is not None and len(top) == 1 and max(top.values()) >= value - 1e-5
+    assert logprobs.text_offset[:2] == [0, len(logprobs.tokens[0])]
+
+
 def test_logit_bias_forces_a_token_and_refuses_an_unknown_one(client: openai.OpenAI, tokenizer: Any) -> None:
     (banana,) = tokenizer.encode(" banana")[:1]
     response = client.completions.create(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import queue
 from typing import Any
 
@@ -85,6 +86,26 @@ def test_non_streaming_request_gets_one_response(server: RunningServer) -> None:
     assert error is None
     assert text_of(result)
     assert int(result.as_numpy("num_output_tokens").reshape(-1)[0]) == 6
+
+
+def test_prompt_logprobs_come_with_the_first_response(server: RunningServer) -> None:
+    received = run_stream(
+        server,
+        [
+            tensor("text_input", PROMPT.encode(), "BYTES"),
+            tensor("max_tokens", 0, "INT32"),
+            tensor("return_prompt_log_probs", True, "BOOL"),
+            tensor("top_logprobs", 2, "INT32"),
+        ],
+    )
+    ((result, error),) = received
+    assert error is None
+    scores = json.loads(result.as_numpy("prompt_logprobs").reshape(-1)[0])
+    prompt_tokens = int(result.as_numpy("num_input_tokens").reshape(-1)[0])
+    assert len(scores["rest"]) == prompt_tokens - 1
+    assert bytes(scores["first"]) + b"".join(bytes(entry["token"]) for entry in scores["rest"]) == PROMPT.encode()
+    assert all(entry["logprob"] <= 0 and len(entry["top"]) == 2 for entry in scores["rest"])
+    assert int(result.as_numpy("num_output_tokens").reshape(-1)[0]) == 0
 
 
 def test_bad_request_gets_a_triton_error(server: RunningServer) -> None:
