@@ -12,6 +12,10 @@ STAMP := $(VENV)/.installed
 # Where `make lock` finds the torch CPU build, so the lock takes its dependencies, not CUDA's.
 TORCH_FIND_LINKS ?= /opt/wheels
 LATEST_VENV ?= .venv-latest
+# The client libraries of the client suite (tests/clients), pinned in a lock and a venv of their own.
+CLIENTS_VENV ?= .venv-clients
+CLIENTS_LOCK := requirements/clients.txt
+CLIENTS_STAMP := $(CLIENTS_VENV)/.installed
 
 .PHONY: install serve test test-latest lock lint typecheck unit e2e device-carry device-carry-triton device-carry-perf-analyzer clean
 
@@ -22,7 +26,12 @@ $(STAMP): pyproject.toml Makefile $(LOCK) $(NO_DEPS_LOCK) $(TORCH_PIN)
 	$(BIN)/pip install --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+$(CLIENTS_STAMP): $(CLIENTS_LOCK)
+	$(PYTHON) -m venv --clear $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/pip install --quiet --require-hashes --no-deps -r $(CLIENTS_LOCK)
+	touch $(CLIENTS_STAMP)
+
+install: $(STAMP) $(CLIENTS_STAMP)
 
 serve: $(STAMP)
 	$(BIN)/llgtriton serve $(ARGS)
@@ -37,10 +46,10 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -m "not e2e and not gpu"
 
-e2e: $(STAMP)
+e2e: $(STAMP) $(CLIENTS_STAMP)
 	$(BIN)/pytest -m e2e
 
-test: lint typecheck
+test: lint typecheck $(CLIENTS_STAMP)
 	$(BIN)/pytest -m "not gpu"
 
 # Refresh the locks from the newest releases in pyproject.toml's ranges; then run `make test` and commit.
@@ -53,6 +62,8 @@ lock: $(STAMP)
 	$(BIN)/uv pip compile --quiet pyproject.toml --extra proxy --extra backend --constraint $(LOCK) \
 		--find-links $(TORCH_FIND_LINKS) --constraint $(TORCH_PIN) --no-emit-package torch \
 		--generate-hashes --python-version 3.11 --custom-compile-command "make lock" --output-file requirements/serve.txt
+	$(BIN)/uv pip compile --quiet pyproject.toml --extra clients --override requirements/clients-overrides.txt \
+		--upgrade --generate-hashes --python-version 3.11 --custom-compile-command "make lock" --output-file $(CLIENTS_LOCK)
 	$(BIN)/uv pip compile --quiet requirements/no-deps.in --no-deps --upgrade --generate-hashes --python-version 3.11 \
 		--custom-compile-command "make lock" --output-file $(NO_DEPS_LOCK)
 
@@ -97,4 +108,4 @@ device-carry-perf-analyzer: $(STAMP)
 		-d device_carry/perf_analyzer perf_analyzer==2.60.0
 
 clean:
-	rm -rf $(VENV) $(LATEST_VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) $(CLIENTS_VENV) .mypy_cache .ruff_cache .pytest_cache

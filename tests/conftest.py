@@ -23,6 +23,8 @@ from llgtriton.settings import EngineSettings
 from tests.test_proxy_app import BASE_URL, ScriptedClient, _app, _http
 
 ROOT = Path(__file__).resolve().parent.parent
+# The client suite runs in its own venv, from tests/e2e/test_clients.py: not collected here.
+collect_ignore = ["clients"]
 SERVER_START_TIMEOUT_S = 600.0
 
 

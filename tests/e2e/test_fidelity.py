@@ -106,8 +106,11 @@ def test_completion_echo_scores_the_prompt_as_lm_eval_asks(client: openai.OpenAI
     assert scored.usage.completion_tokens == max_tokens
     assert "".join(logprobs.tokens) == choice.text
     assert choice.text.startswith(prompt)
-    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
-    for value, top in zip(logprobs.token_logprobs[1:], logprobs.top_logprobs[1:], strict=True):
+    # The SDK types these columns without None; the prompt's first token, which nothing scores, has it.
+    values: list[float | None] = list(logprobs.token_logprobs)
+    tops: list[dict[str, float] | None] = list(logprobs.top_logprobs)
+    assert values[0] is None and tops[0] is None
+    for value, top in zip(values[1:], tops[1:], strict=True):
         assert value is not None and value <= 0
         assert top is not None and len(top) == 1 and max(top.values()) >= value - 1e-5
     assert logprobs.text_offset[:2] == [0, len(logprobs.tokens[0])]
