@@ -161,6 +161,12 @@ class GenerationService:
         return self._max_model_len
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        if request.prompt_token_ids is not None:
+            ids = list(request.prompt_token_ids)
+            _check(len(ids) > 0, "the prompt is empty")
+            vocabulary = self._vocab_size
+            _check(max(ids) < vocabulary, f"the prompt holds token {max(ids)}; the vocabulary has {vocabulary}")
+            return ids
         texts = [m.content for m in request.messages] if request.messages is not None else [request.prompt or ""]
         size = sum(len(text.encode(errors="surrogatepass")) for text in texts)
         _check(

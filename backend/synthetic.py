@@ -68,6 +68,7 @@ class SyntheticService:
         request, sink = job.request, job.sink
         tokens = request.max_tokens or DEFAULT_MAX_TOKENS
         prompt = len((request.prompt or "").split()) + sum(len(m.content.split()) for m in request.messages or ())
+        prompt += len(request.prompt_token_ids or ())
         if not request.stream:
             output = GenerationOutput(WORD * tokens, FinishReason.LENGTH, prompt, tokens)
             sink.send(output, final=True)

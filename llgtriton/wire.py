@@ -26,6 +26,7 @@ Array = npt.NDArray[np.generic]
 # Inputs -------------------------------------------------------------------------------------
 TEXT_INPUT = "text_input"
 CHAT_MESSAGES = "chat_messages"
+INPUT_IDS = "input_ids"  # a prompt given as token ids (TensorRT-LLM's name), instead of text
 MAX_TOKENS = "max_tokens"
 STREAM = "stream"
 TEMPERATURE = "temperature"
@@ -69,6 +70,7 @@ PROMPT_LOGPROBS = "prompt_logprobs"  # JSON object, on a request's first respons
 INPUT_TYPES: dict[str, str] = {
     TEXT_INPUT: "STRING",
     CHAT_MESSAGES: "STRING",
+    INPUT_IDS: "INT32",
     MAX_TOKENS: "INT32",
     STREAM: "BOOL",
     TEMPERATURE: "FP32",
@@ -94,7 +96,7 @@ OUTPUT_TYPES: dict[str, str] = {
     PROMPT_LOGPROBS: "STRING",
 }
 # Inputs whose dims are [-1] (a list per request); all others are [1].
-LIST_INPUTS = frozenset({STOP_WORDS})
+LIST_INPUTS = frozenset({STOP_WORDS, INPUT_IDS})
 
 _NUMPY_DTYPES: dict[str, type[np.generic]] = {
     "STRING": np.object_,
@@ -166,10 +168,12 @@ class ChatMessage:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One generation as the backend sees it; exactly one of ``prompt`` / ``messages`` is set."""
+    """One generation as the backend sees it; exactly one of ``prompt`` / ``messages`` / ``prompt_token_ids``
+    is set."""
 
     prompt: str | None = None
     messages: tuple[ChatMessage, ...] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
     max_tokens: int | None = None
     stream: bool = False
     temperature: float = 1.0
@@ -187,8 +191,8 @@ class GenerationRequest:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
 
     def __post_init__(self) -> None:
-        if (self.prompt is None) == (self.messages is None):
-            raise WireError(f"send exactly one of {TEXT_INPUT!r} and {CHAT_MESSAGES!r}")
+        if [self.prompt, self.messages, self.prompt_token_ids].count(None) != 2:
+            raise WireError(f"send exactly one of {TEXT_INPUT!r}, {CHAT_MESSAGES!r} and {INPUT_IDS!r}")
 
 
 @dataclass(frozen=True)
@@ -251,6 +255,8 @@ def encode_request(request: GenerationRequest) -> dict[str, Array]:
     if request.messages is not None:
         payload = json.dumps([{"role": m.role, "content": m.content} for m in request.messages])
         tensors[CHAT_MESSAGES] = _scalar(CHAT_MESSAGES, payload)
+    if request.prompt_token_ids is not None:
+        tensors[INPUT_IDS] = np.array([request.prompt_token_ids], dtype=np.int32)
     if request.max_tokens is not None:
         tensors[MAX_TOKENS] = _scalar(MAX_TOKENS, request.max_tokens)
     tensors[STREAM] = _scalar(STREAM, request.stream)
@@ -401,6 +407,16 @@ def _int(get: TensorGetter, name: str) -> int | None:
     return None if value is None else int(value)  # type: ignore[call-overload]
 
 
+def _token_ids(get: TensorGetter) -> tuple[int, ...] | None:
+    array = get(INPUT_IDS)
+    if array is None:
+        return None
+    values = _values(INPUT_IDS, array)
+    if not all(isinstance(value, int) and value >= 0 for value in values):
+        raise WireError(f"{INPUT_IDS!r} holds token ids: integers from 0")
+    return tuple(int(value) for value in values)  # type: ignore[call-overload]
+
+
 def _json_value(payload: str, name: str) -> Any:
     try:
         return json.loads(payload)
@@ -460,6 +476,7 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
     request = GenerationRequest(
         prompt=None if prompt_value is None else _text(prompt_value, TEXT_INPUT),
         messages=None if messages_value is None else _messages(_text(messages_value, CHAT_MESSAGES)),
+        prompt_token_ids=_token_ids(get),
         max_tokens=_int(get, MAX_TOKENS),
         stream=bool(stream_value) if stream_value is not None else False,
         temperature=_float(get, TEMPERATURE, 1.0),

@@ -22,12 +22,10 @@ from llgtriton.wire import (
     MAX_TOP_LOGPROBS,
 )
 
-_ONE_PROMPT: Any = {
-    "type": "array",
-    "items": {"type": "string"},
-    "minItems": 1,
-    "maxItems": 1,
-}  # one prompt per request
+# One prompt per request: text, a list of one text, token ids, or a list of one list of token ids.
+_ONE_PROMPT: Any = {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1}
+_TOKEN_IDS: Any = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}, "minItems": 1}
+_ONE_TOKEN_PROMPT: Any = {"type": "array", "items": _TOKEN_IDS, "minItems": 1, "maxItems": 1}
 MAX_TOOLS = 128  # OpenAI's own limit on functions per request
 MAX_N = 16  # choices per request: each is a full generation in the backend's batch
 TOKEN_ID = r"^[0-9]+$"
@@ -47,6 +45,7 @@ Integer = Annotated[int, BeforeValidator(_integral)]
 # (bounds inside Annotated: pydantic drops them from the JSON schema of an optional validated int)
 TokenCount = Annotated[int, Field(ge=1, le=INT32_MAX), BeforeValidator(_integral)]
 Seed = Annotated[int, Field(ge=0, le=UINT64_MAX), BeforeValidator(_integral)]
+TokenId = Annotated[int, Field(ge=0, le=INT32_MAX), BeforeValidator(_integral)]
 
 
 class _Request(BaseModel):
@@ -234,7 +233,9 @@ class ChatCompletionRequest(_GenerationRequest):
 
 
 class CompletionRequest(_GenerationRequest):
-    prompt: str | list[str] = Field(json_schema_extra={"anyOf": [{"type": "string"}, _ONE_PROMPT]})
+    prompt: str | list[str] | list[TokenId] | list[list[TokenId]] = Field(
+        json_schema_extra={"anyOf": [{"type": "string"}, _ONE_PROMPT, _TOKEN_IDS, _ONE_TOKEN_PROMPT]}
+    )
     # 0 generates nothing: with echo and logprobs, the prompt is only scored
     max_tokens: Annotated[int, Field(ge=0, le=INT32_MAX), BeforeValidator(_integral)] | None = 16
     echo: bool | None = None
@@ -244,13 +245,30 @@ class CompletionRequest(_GenerationRequest):
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, value: str | list[str]) -> str | list[str]:
-        if isinstance(value, list) and len(value) != 1:
-            raise ValueError("send one prompt per request (a list of exactly one string)")
+    def _one_prompt(cls, value: Any) -> Any:
+        if isinstance(value, list) and not value:
+            raise ValueError("the prompt is empty")
+        if isinstance(value, list) and not isinstance(value[0], int) and len(value) != 1:
+            raise ValueError("send one prompt per request (a list of exactly one string or list of token ids)")
+        if isinstance(value, list) and isinstance(value[0], list) and not value[0]:
+            raise ValueError("the prompt is empty")
         return value
 
-    def prompt_text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+    def prompt_text(self) -> str | None:
+        """The prompt's text; None when it was given as token ids."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        first = self.prompt[0]
+        return first if isinstance(first, str) else None
+
+    def prompt_token_ids(self) -> tuple[int, ...] | None:
+        """The prompt's token ids, when it was given so."""
+        first = self.prompt[0] if isinstance(self.prompt, list) else None
+        if isinstance(first, int):
+            return tuple(int(token) for token in self.prompt)  # type: ignore[arg-type]
+        if isinstance(first, list):
+            return tuple(first)
+        return None
 
 
 # Responses ----------------------------------------------------------------------------------

@@ -196,6 +196,18 @@ def _completion_logprobs(
     return completion_logprobs(generated or (), request.logprobs, offset, prompt if request.echo else None)
 
 
+def _echo(request: CompletionRequest, prompt: wire.PromptLogprobs | None) -> str:
+    """The prompt, when the request echoes it: its text, or (given as token ids) the scored tokens' text."""
+    if not request.echo:
+        return ""
+    text = request.prompt_text()
+    if text is not None:
+        return text
+    if prompt is None:
+        raise InternalError("the backend did not return the prompt's tokens to echo")
+    return b"".join([prompt.first, *(entry.token for entry in prompt.rest)]).decode(errors="replace")
+
+
 class Generations:
     """Serves chat and text completions through a :class:`GenerationClient`; ``n`` choices are ``n``
     generations run side by side."""
@@ -272,7 +284,6 @@ class Generations:
     async def completion(self, request: CompletionRequest) -> Completion:
         completion_id = new_id("cmpl")
         generation = await asyncio.to_thread(completion_generation, request)
-        echo = request.prompt_text() if request.echo else ""
         finished = await _all(
             [
                 _final(self._client.generate(copy, _request_id(completion_id, index, request.n)))
@@ -282,7 +293,7 @@ class Generations:
         choices = [
             CompletionChoice(
                 index=index,
-                text=echo + done.text,
+                text=_echo(request, done.prompt_logprobs) + done.text,
                 finish_reason=done.reason.value,
                 logprobs=_completion_logprobs(request, done.logprobs, done.prompt_logprobs, 0),
             )
@@ -309,13 +320,13 @@ class Generations:
                 return Completion(id=completion_id, created=created, model=self.model_name, choices=[choice])
 
             offset = 0
-            echo = request.prompt_text() if request.echo else ""
+            echoed = not request.echo
             last: wire.GenerationOutput | None = None
             async for output in self._client.generate(copy, _request_id(completion_id, index, request.n)):
-                if echo:  # with the first output, which carries the prompt's logprobs when asked
-                    scored = _completion_logprobs(request, (), output.prompt_logprobs, 0)
-                    yield chunk(echo, logprobs=scored)
-                    offset, echo = len(echo), ""
+                if not echoed:  # with the first output, which carries the prompt's logprobs when asked
+                    echo = _echo(request, output.prompt_logprobs)
+                    yield chunk(echo, logprobs=_completion_logprobs(request, (), output.prompt_logprobs, 0))
+                    offset, echoed = len(echo), True
                 if output.text or output.logprobs:
                     logprobs = _completion_logprobs(request, output.logprobs, None, offset)
                     yield chunk(output.text, logprobs=logprobs)

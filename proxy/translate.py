@@ -309,10 +309,13 @@ def completion_generation(request: CompletionRequest) -> wire.GenerationRequest:
     constraint = _one_constraint(_constraints(request))
     return wire.GenerationRequest(
         prompt=request.prompt_text(),
+        prompt_token_ids=request.prompt_token_ids(),
         max_tokens=request.max_tokens,
         logprobs=request.logprobs is not None,
         top_logprobs=request.logprobs or 0,
-        # the prompt's own logprobs; with max_tokens 0 they are what the engine is asked for
-        prompt_logprobs=bool(request.echo) and (request.logprobs is not None or request.max_tokens == 0),
+        # the prompt's own logprobs; with max_tokens 0 they are what the engine is asked for, and an
+        # echoed prompt of token ids is written back from them
+        prompt_logprobs=bool(request.echo)
+        and (request.logprobs is not None or request.max_tokens == 0 or request.prompt_text() is None),
         **_common(request, constraint),
     )

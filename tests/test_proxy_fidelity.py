@@ -217,3 +217,25 @@ async def test_streamed_events_are_json_with_logprobs(http: httpx.AsyncClient, c
     body = {"model": MODEL, "messages": USER, "stream": True, "logprobs": True}
     events = _events(await http.post("/v1/chat/completions", json=body))
     assert json.dumps(events[1]["choices"][0]["logprobs"]["content"][0]["token"]) == '"Hello"'
+
+
+@pytest.mark.parametrize("prompt", [[464, 3290], [[464, 3290]]])
+async def test_a_prompt_of_token_ids_reaches_the_backend_as_ids(
+    sdk: openai.AsyncOpenAI, client: ScriptedClient, prompt: list[int] | list[list[int]]
+) -> None:
+    """lm-eval's local-completions sends prompts as token ids by default (tokenized_requests)."""
+    client.script([dataclasses.replace(WITH_LOGPROBS[0], prompt_logprobs=PROMPT_SCORES), WITH_LOGPROBS[1]])
+    response = await sdk.completions.create(model=MODEL, prompt=prompt, echo=True, max_tokens=2)
+    (request,) = client.requests
+    assert (request.prompt, request.prompt_token_ids) == (None, (464, 3290))
+    assert request.prompt_logprobs  # an echoed prompt of ids is written back from its scored tokens
+    assert response.choices[0].text == "Once uponHello world"
+    assert response.choices[0].logprobs is None
+
+
+@pytest.mark.parametrize("prompt", [[], [[]], [[1], [2]], [-1], [1.5], [[1, "a"]]])
+async def test_bad_token_id_prompts_are_a_400(http: httpx.AsyncClient, client: ScriptedClient, prompt: Any) -> None:
+    response = await http.post("/v1/completions", json={"model": MODEL, "prompt": prompt})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "prompt"
+    assert client.requests == []

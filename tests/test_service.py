@@ -94,3 +94,24 @@ def test_admission_is_bounded() -> None:
         tokenizer.gate.set()
         running.shutdown()
     assert len(runner.submitted) == 2
+
+
+@pytest.mark.parametrize(
+    ("ids", "expected"),
+    [((1, 0, 1), None), ((1, 2), "holds token 2; the vocabulary has 2")],
+)
+def test_a_prompt_of_token_ids_skips_the_tokenizer(ids: tuple[int, ...], expected: str | None) -> None:
+    tokenizer, runner = GatedTokenizer(), RecordingRunner()  # the gate stays shut: tokenizing would hang
+    running = service(tokenizer, runner)
+    sink = RecordingSink()
+    try:
+        running.submit(GenerationRequest(prompt_token_ids=ids, max_tokens=4), "r", sink)
+        if expected is None:
+            assert runner.arrived.wait(30)
+            assert runner.submitted[0].prompt_ids == ids
+        else:
+            sink.wait()
+            assert isinstance(sink.error, InvalidRequest) and expected in str(sink.error)
+    finally:
+        tokenizer.gate.set()
+        running.shutdown()

@@ -35,10 +35,13 @@ float32s = st.floats(width=32, allow_nan=False)
 
 @st.composite
 def generation_requests(draw: st.DrawFn) -> wire.GenerationRequest:
-    chat = draw(st.booleans())
+    kind = draw(st.sampled_from(["chat", "text", "token ids"]))
     messages = None
     prompt = None
-    if chat:
+    token_ids = None
+    if kind == "token ids":
+        token_ids = tuple(draw(st.lists(st.integers(0, INT32_MAX), min_size=1, max_size=6)))
+    elif kind == "chat":
         messages = tuple(
             draw(
                 st.lists(
@@ -53,6 +56,7 @@ def generation_requests(draw: st.DrawFn) -> wire.GenerationRequest:
     return wire.GenerationRequest(
         prompt=prompt,
         messages=messages,
+        prompt_token_ids=token_ids,
         max_tokens=draw(st.none() | st.integers(1, INT32_MAX)),
         stream=draw(st.booleans()),
         temperature=draw(float32s),
@@ -127,7 +131,8 @@ def test_encoded_request_tensors_follow_the_declared_types_and_shapes(request: w
     for name, array in tensors.items():
         assert array.dtype == NUMPY_DTYPES[wire.INPUT_TYPES[name]], name
         if name in wire.LIST_INPUTS:
-            assert array.shape == (1, len(request.stop)), name
+            listed = request.stop if name == wire.STOP_WORDS else request.prompt_token_ids or ()
+            assert array.shape == (1, len(listed)), name
         else:
             assert array.shape == (1, 1), name
 

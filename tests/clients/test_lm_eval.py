@@ -45,7 +45,6 @@ def test_multiple_choice(base_url: str, model: str, tokenizer_path: str, tmp_pat
             "base_url": f"{base_url}/completions",
             "tokenizer": tokenizer_path,
             "tokenizer_backend": "huggingface",
-            "tokenized_requests": False,  # prompts as text: the server takes strings, not token ids
             "num_concurrent": 2,
             "max_retries": 1,
         },

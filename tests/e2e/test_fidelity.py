@@ -116,6 +116,18 @@ def test_completion_echo_scores_the_prompt_as_lm_eval_asks(client: openai.OpenAI
     assert logprobs.text_offset[:2] == [0, len(logprobs.tokens[0])]
 
 
+def test_a_prompt_of_token_ids_is_the_prompt_of_their_text(client: openai.OpenAI, tokenizer: Any) -> None:
+    prompt = "The capital of France is"
+    ids = tokenizer.encode(prompt)
+    as_text = client.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=0)
+    as_ids = client.completions.create(model=MODEL, prompt=ids, max_tokens=5, temperature=0, echo=True)
+    assert as_ids.choices[0].text == prompt + as_text.choices[0].text
+    assert as_ids.usage is not None and as_ids.usage.prompt_tokens == len(ids)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=MODEL, prompt=[10**9], max_tokens=1)
+    assert "vocabulary" in caught.value.message
+
+
 def test_logit_bias_forces_a_token_and_refuses_an_unknown_one(client: openai.OpenAI, tokenizer: Any) -> None:
     (banana,) = tokenizer.encode(" banana")[:1]
     response = client.completions.create(
