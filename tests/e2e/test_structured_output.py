@@ -77,12 +77,36 @@ def test_json_schema_streamed(client: openai.OpenAI) -> None:
 def test_json_object(client: openai.OpenAI) -> None:
     response = client.chat.completions.create(
         model=MODEL,
-        messages=[{"role": "user", "content": "Describe a cat as JSON"}],
+        messages=[{"role": "user", "content": "Describe a cat as a JSON object with its name and age."}],
         temperature=0,
         max_tokens=300,
         response_format={"type": "json_object"},
     )
     assert isinstance(json.loads(response.choices[0].message.content or ""), dict)
+
+
+PRETTY_EXAMPLE = json.dumps({"name": "Tom", "age": 3}, indent=2)
+
+
+@pytest.mark.parametrize(
+    ("extra_body", "indented"), [({}, True), ({"structured_outputs": {"disable_any_whitespace": True}}, False)]
+)
+def test_json_object_follows_the_layout_the_prompt_shows(
+    client: openai.OpenAI, extra_body: dict[str, Any], indented: bool
+) -> None:
+    """Bounded whitespace lets the model indent as the prompt does; compact JSON is the request's choice."""
+    response = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": f"Reply with JSON like this:\n{PRETTY_EXAMPLE}\nNow describe a dog."}],
+        temperature=0,
+        max_tokens=120,
+        response_format={"type": "json_object"},
+        extra_body=extra_body,
+    )
+    content = response.choices[0].message.content or ""
+    assert response.choices[0].finish_reason == "stop", content
+    assert isinstance(json.loads(content), dict)
+    assert ("\n" in content) is indented
 
 
 @pytest.mark.parametrize(
