@@ -24,6 +24,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY llgtriton llgtriton
+COPY launcher launcher
 COPY proxy proxy
 COPY backend backend
 RUN pip wheel --no-deps --wheel-dir /wheels .
@@ -62,7 +63,7 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=20m --retries=3 \
     CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://localhost:8000/v2/health/ready', timeout=4)"]
 # Triton's admin APIs (model repository, shared memory, trace, logging) need a key: a random one each
 # start, or LLGTRITON_TRITON_ADMIN_KEY; inference needs LLGTRITON_TRITON_INFERENCE_KEY when that is set.
-CMD ["sh", "-c", "exec tritonserver --model-repository=/opt/llgtriton/model_repository $(python3 -m llgtriton.triton_server)"]
+CMD ["sh", "-c", "exec tritonserver --model-repository=/opt/llgtriton/model_repository $(python3 -m launcher.triton_server)"]
 
 # --- proxy: the OpenAI API alone, in front of one or more Triton replicas ----------------------
 FROM ${PYTHON_IMAGE} AS proxy

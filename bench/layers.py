@@ -316,10 +316,10 @@ READY_TIMEOUT_S = 600.0
 
 
 def start_llgtriton(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """``python -m llgtriton.cli <argv>`` in its own session, its output in ``log``."""
+    """``python -m launcher.cli <argv>`` in its own session, its output in ``log``."""
     with log.open("wb") as handle:
         return subprocess.Popen(
-            [sys.executable, "-m", "llgtriton.cli", *argv],
+            [sys.executable, "-m", "launcher.cli", *argv],
             stdout=handle,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

@@ -57,7 +57,7 @@ from bench.layers import (
     stop_llgtriton,
     wait_until_ready,
 )
-from llgtriton.triton_server import live_children
+from launcher.triton_server import live_children
 
 logger = logging.getLogger("bench.replicas")
 SUCCESS_COUNTER = re.compile(r'^nv_inference_request_success\{model="llm",version="1"\} (\S+)$', re.MULTILINE)

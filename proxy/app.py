@@ -22,8 +22,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from llgtriton.api_keys import accepted_keys
 from llgtriton.settings import ProxySettings
+from proxy.api_keys import accepted_keys
 from proxy.body import parse_body
 from proxy.disconnects import cancelled_on_disconnect
 from proxy.errors import (
@@ -163,7 +163,7 @@ def triton_client(settings: ProxySettings, metrics: ProxyMetrics, triton_key: st
 
 @dataclass(frozen=True)
 class SharedState:
-    """What one of several proxy processes shares with the others (``llgtriton.proxy_workers``)."""
+    """What one of several proxy processes shares with the others (``proxy.workers``)."""
 
     in_flight: InFlightCount
     metrics_dir: Path

@@ -179,7 +179,7 @@ class StructuredOutputs(_Request):
     disable_any_whitespace: bool = False
 
 
-class _GenerationRequest(_Request):
+class GenerationRequestBase(_Request):
     model: str
     max_tokens: TokenCount | None = None
     temperature: float = Field(1.0, ge=0.0, le=MAX_TEMPERATURE)
@@ -220,7 +220,7 @@ class _GenerationRequest(_Request):
         return self.stream_options is not None and self.stream_options.include_usage
 
 
-class ChatCompletionRequest(_GenerationRequest):
+class ChatCompletionRequest(GenerationRequestBase):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: TokenCount | None = None
     tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
@@ -232,7 +232,7 @@ class ChatCompletionRequest(_GenerationRequest):
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS), BeforeValidator(_integral)] | None = None
 
 
-class CompletionRequest(_GenerationRequest):
+class CompletionRequest(GenerationRequestBase):
     prompt: str | list[str] | list[TokenId] | list[list[TokenId]] = Field(
         json_schema_extra={"anyOf": [{"type": "string"}, _ONE_PROMPT, _TOKEN_IDS, _ONE_TOKEN_PROMPT]}
     )

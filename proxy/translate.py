@@ -32,11 +32,11 @@ from proxy.errors import InvalidRequestError, ServiceUnavailableError
 from proxy.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    GenerationRequestBase,
     NamedFunction,
     NamedToolChoice,
     StructuredOutputs,
     Tool,
-    _GenerationRequest,
 )
 from proxy.schemas import closed_objects
 from proxy.tools import ToolPlan, plan_tools
@@ -141,7 +141,7 @@ def _structured(outputs: StructuredOutputs, param: str, names: dict[str, str] | 
     return Constraint(GuideType.LARK, outputs.grammar, name("grammar"))
 
 
-def _constraints(request: _GenerationRequest) -> list[Constraint]:
+def _constraints(request: GenerationRequestBase) -> list[Constraint]:
     found = []
     response_format = request.response_format
     if response_format is not None and response_format.type == "json_object":
@@ -178,7 +178,7 @@ def _constraints(request: _GenerationRequest) -> list[Constraint]:
     ]
 
 
-def _json_options(request: _GenerationRequest) -> dict[str, Any] | None:
+def _json_options(request: GenerationRequestBase) -> dict[str, Any] | None:
     """The request's own JSON layout, if it asks for one (vLLM's fields); None keeps the server's."""
     structured = request.structured_outputs
     pattern = request.guided_whitespace_pattern
@@ -222,12 +222,12 @@ def _one_constraint(found: list[Constraint]) -> Constraint | None:
     return None
 
 
-def _log_unknown_fields(request: _GenerationRequest) -> None:
+def _log_unknown_fields(request: GenerationRequestBase) -> None:
     if request.model_extra:
         logger.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
 
 
-def _common(request: _GenerationRequest, constraint: Constraint | None) -> dict[str, Any]:
+def _common(request: GenerationRequestBase, constraint: Constraint | None) -> dict[str, Any]:
     _log_unknown_fields(request)
     return {
         "stream": request.stream,

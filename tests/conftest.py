@@ -108,10 +108,10 @@ def _ready(url: str) -> bool:
 
 
 def start_process(log: Path, argv: list[str], ready_url: str) -> subprocess.Popen[bytes]:
-    """Start ``python -m llgtriton.cli <argv>`` in its own session; wait until ``ready_url`` answers 200."""
+    """Start ``python -m launcher.cli <argv>`` in its own session; wait until ``ready_url`` answers 200."""
     with log.open("wb") as handle:  # the child keeps its own copy of the descriptor
         process = subprocess.Popen(
-            [sys.executable, "-m", "llgtriton.cli", *argv],
+            [sys.executable, "-m", "launcher.cli", *argv],
             stdout=handle,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

@@ -459,10 +459,10 @@ def test_kubernetes_gpus_match_the_tensor_parallel_size() -> None:
 
 def test_the_triton_image_locks_triton_s_admin_apis() -> None:
     """The image runs tritonserver itself; its CMD appends the launcher's restricted-API flags."""
-    assert "$(python3 -m llgtriton.triton_server)" in " ".join(dockerfile_stages()["triton"].command())
+    assert "$(python3 -m launcher.triton_server)" in " ".join(dockerfile_stages()["triton"].command())
     environ = {**os.environ, env_name("triton", "inference_key"): "k3y"}
     printed = subprocess.run(
-        [sys.executable, "-m", "llgtriton.triton_server"], env=environ, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "launcher.triton_server"], env=environ, capture_output=True, text=True, check=True
     ).stdout.split()
     assert [flag.split("=", 1)[0] for flag in printed] == ["--grpc-restricted-protocol", "--http-restricted-api"] * 2
     assert all(

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from llgtriton.cli import main
-from llgtriton.prepare import MANIFEST_NAME, PrepareError, load_prepare_config, read_prepared
+from launcher.cli import main
+from launcher.prepare import load_prepare_config
+from llgtriton.prepared import MANIFEST_NAME, PrepareError, read_prepared
 
 VOCAB = {"a": 0, "b": 1, "c": 2, "<s>": 3, "</s>": 4}
 ADDED = [{"id": 4, "content": "</s>", "special": True}, {"id": 5, "content": "<|im_end|>", "special": True}]

@@ -14,7 +14,8 @@ import httpx
 import openai
 import pytest
 
-from llgtriton import cli, wire
+from launcher import cli
+from llgtriton import wire
 from llgtriton.settings import Settings, SettingsError, to_toml
 from tests.test_proxy_app import MODEL, ScriptedClient, _app, _assert_error, _chat, _http
 

@@ -136,7 +136,7 @@ def test_connections_beyond_the_limit_get_503(proxy: int) -> None:
 
 def test_the_limits_are_settings() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "llgtriton.cli", "proxy", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "launcher.cli", "proxy", "--help"], capture_output=True, text=True, check=True
     )
     for flag in (
         "--proxy-header-timeout-s",

@@ -12,9 +12,9 @@ import multiprocessing
 import socket
 import time
 
-from llgtriton.proxy_workers import ProxyWorkers, listen
 from llgtriton.settings import ProxySettings, Settings
 from proxy.guards import SharedInFlight
+from proxy.workers import ProxyWorkers, listen
 from tests.conftest import free_port
 
 

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from llgtriton import cli
+from launcher import cli
+from launcher.triton_server import TritonLaunchError, with_instances
 from llgtriton.settings import (
     EMBEDDED_MODEL_NAME,
     SECTIONS,
@@ -29,7 +30,6 @@ from llgtriton.settings import (
     served_model_name_for,
     to_toml,
 )
-from llgtriton.triton_server import TritonLaunchError, with_instances
 
 CONFIG_PBTXT = Path(__file__).resolve().parent.parent / "model_repository" / "llm" / "config.pbtxt"
 

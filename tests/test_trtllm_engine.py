@@ -25,7 +25,7 @@ from backend.model_loader import checkpoint_path
 from backend.service import GenerationService, start_service
 from backend.trtllm import hooks
 from backend.trtllm.model_files import ModelFilesError
-from llgtriton.cli import main as cli_main
+from launcher.cli import main as cli_main
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import ChatMessage, FinishReason, GenerationRequest, GuideType
 from tests.test_scheduler import RecordingSink

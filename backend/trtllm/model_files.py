@@ -23,7 +23,7 @@ from llguidance import LLMatcher, LLTokenizer
 from backend.constraints import GrammarCache
 from backend.errors import BackendError
 from backend.model_loader import eos_token_ids
-from llgtriton.prepare import PrepareError, TokenizerOverrides, read_prepared
+from llgtriton.prepared import PrepareError, TokenizerOverrides, read_prepared
 from llgtriton.settings import EngineSettings
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from llgtriton.triton_server import STUB_NAME, live_children
+from launcher.triton_server import STUB_NAME, live_children
 from tests.conftest import RunningServer, start_process, start_server, stop_server, triton_ports_argv
 
 pytestmark = pytest.mark.e2e

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from launcher.triton_server import STUB_NAME, live_children
 from llgtriton import wire
-from llgtriton.triton_server import STUB_NAME, live_children
 from proxy.triton_client import TritonGenerationClient
 from tests.conftest import free_port, start_process, stop_process, triton_ports_argv
 

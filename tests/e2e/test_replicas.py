@@ -18,7 +18,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from llgtriton.triton_server import live_children
+from launcher.triton_server import live_children
 from tests.conftest import free_port, start_process, stop_process, triton_ports_argv
 
 pytestmark = pytest.mark.e2e

@@ -21,11 +21,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from llgtriton.api_keys import accepted_keys
+from launcher.prepare import add_prepare_arguments, prepare_main
+from launcher.triton_server import TritonLaunchError, TritonProcess
 from llgtriton.logs import configure_logging
-from llgtriton.prepare import add_prepare_arguments, prepare_main
 from llgtriton.settings import Settings, SettingsError, add_settings_arguments, load_settings, to_toml
-from llgtriton.triton_server import TritonLaunchError, TritonProcess
+from proxy.api_keys import accepted_keys
 
 logger = logging.getLogger("llgtriton")
 
@@ -55,7 +55,7 @@ async def _run_proxy(settings: Settings, triton: TritonProcess | None) -> int:
     """
     if settings.proxy.workers > 1 or triton is not None:
         return await _run_proxy_workers(settings, triton)
-    from llgtriton.proxy_workers import uvicorn_server
+    from proxy.workers import uvicorn_server
 
     await uvicorn_server(settings).serve()
     return 0
@@ -63,7 +63,7 @@ async def _run_proxy(settings: Settings, triton: TritonProcess | None) -> int:
 
 async def _run_proxy_workers(settings: Settings, triton: TritonProcess | None) -> int:
     """``--proxy-workers N``: supervise N proxy processes (and Triton) until SIGINT/SIGTERM."""
-    from llgtriton.proxy_workers import ProxyWorkers
+    from proxy.workers import ProxyWorkers
 
     workers = ProxyWorkers(settings)
     try:

@@ -355,7 +355,7 @@ class TritonProcess:
 
 
 def main() -> None:
-    """``python3 -m llgtriton.triton_server``: print the restricted-API flags of the environment's settings.
+    """``python3 -m launcher.triton_server``: print the restricted-API flags of the environment's settings.
 
     The triton image runs tritonserver itself (not this launcher, which takes tritonserver from
     nvidia-pytriton); its CMD appends these flags.

@@ -4,13 +4,7 @@
     llgtriton prepare --config prepare.yaml                    # with ``build:``, a TensorRT engine
     llgtriton prepare --config prepare.yaml --dry-run          # print the steps, change nothing
 
-The output folder is the contract with the backend, which reads it with :func:`read_prepared`::
-
-    OUTPUT/
-      llgtriton-model.json   written last and atomically: a folder without it is not ready
-      tokenizer/             tokenizer files, chat template, generation_config.json, config.json
-      checkpoint/            serve == "checkpoint": the Hugging Face checkpoint, hardlinked or copied
-      engine/                serve == "engine": trtllm-build's output (rank*.engine, config.json)
+The output folder is the contract with the backend: :mod:`llgtriton.prepared` describes it.
 
 Pure Python: nothing here imports torch, transformers or tensorrt_llm (it runs in the slim image
 too). The engine build runs TensorRT-LLM's own ``convert_checkpoint.py`` and ``trtllm-build`` as
@@ -34,20 +28,28 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from llgtriton.logs import configure_logging
+from llgtriton.prepared import (
+    CHECKPOINT_DIR,
+    ENGINE_DIR,
+    MANIFEST_NAME,
+    TOKENIZER_DIR,
+    FrozenModel,
+    Manifest,
+    PreparedModel,
+    PrepareError,
+    TokenizerOverrides,
+    read_prepared,
+    validated,
+)
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_NAME = "llgtriton-model.json"
-MANIFEST_FORMAT: Final = 1
-TOKENIZER_DIR = "tokenizer"
-CHECKPOINT_DIR = "checkpoint"
-ENGINE_DIR = "engine"
 TRTLLM_CHECKPOINT_DIR = ".trtllm-checkpoint"  # convert_checkpoint.py's output, removed once the engine is built
 DOWNLOAD_DIR = ".download"  # a Hub id's snapshot, removed once its files are in place
 _MANIFEST_TEMPORARY = MANIFEST_NAME + ".tmp"
@@ -75,10 +77,6 @@ TOKENIZER_VOCABULARIES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vo
 # Weight formats a checkpoint folder does not need when it has safetensors (repos often ship both).
 _OTHER_WEIGHT_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf"})
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
-
-
-class PrepareError(ValueError):
-    """The configuration, the source or the output folder cannot be used; the message says why and where."""
 
 
 class StepFailedError(RuntimeError):
@@ -246,21 +244,7 @@ def _arguments_error(problems: list[str]) -> PydanticCustomError:
 # Configuration ----------------------------------------------------------------------------------
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TokenizerOverrides(_Model):
-    n_vocab_override: int | None = Field(
-        None, ge=1, description="Logits width the constraint masks cover (the padded vocabulary); default: the model's."
-    )
-    bos_token: str | None = Field(
-        None, min_length=1, description="Beginning-of-sequence token, if the tokenizer's is wrong."
-    )
-    eos_token: str | None = Field(None, min_length=1, description="End-of-sequence token, if the tokenizer's is wrong.")
-
-
-class ConvertStep(_Model):
+class ConvertStep(FrozenModel):
     script: Path = Field(description="The model family's convert_checkpoint.py, e.g. examples/models/core/llama/...")
     args: dict[str, ArgValue] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list, description="Passed through unchecked, after args.")
@@ -285,7 +269,7 @@ class ConvertStep(_Model):
         return value
 
 
-class EngineBuildStep(_Model):
+class EngineBuildStep(FrozenModel):
     args: dict[str, ArgValue] = Field(default_factory=dict)
 
     @field_validator("args", mode="before")
@@ -296,12 +280,12 @@ class EngineBuildStep(_Model):
         return value
 
 
-class BuildConfig(_Model):
+class BuildConfig(FrozenModel):
     convert: ConvertStep
     engine: EngineBuildStep = Field(default_factory=EngineBuildStep)
 
 
-class PrepareConfig(_Model):
+class PrepareConfig(FrozenModel):
     source: str = Field(min_length=1, description="A Hugging Face model folder, or a Hub id.")
     output: Path
     tokenizer: TokenizerOverrides = Field(default_factory=TokenizerOverrides)
@@ -311,21 +295,6 @@ class PrepareConfig(_Model):
     build: BuildConfig | None = Field(
         None, description="Build a TensorRT engine; unset: serve the checkpoint through the LLM API (PyTorch backend)."
     )
-
-
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def _validated(model: type[_M], raw: object, origin: str) -> _M:
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        problems = "\n".join(
-            f"  {'.'.join(str(part) for part in error['loc']) or '(top level)'}: {line}"
-            for error in exc.errors()
-            for line in error["msg"].splitlines()  # one line per problem (the argument checks report several)
-        )
-        raise PrepareError(f"invalid {origin}:\n{problems}") from None
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
@@ -360,66 +329,7 @@ def _parse_yaml(text: str, path: Path) -> object:
 
 def load_prepare_config(path: Path) -> PrepareConfig:
     """A prepare config from a YAML (``.yaml``/``.yml``) or JSON file; every problem in one PrepareError."""
-    return _validated(PrepareConfig, _read_config_file(path), f"config file {path}")
-
-
-# The prepared folder ----------------------------------------------------------------------------
-
-
-class Manifest(_Model):
-    """``llgtriton-model.json``: what was prepared and how it is served."""
-
-    format: Literal[1] = MANIFEST_FORMAT
-    source: str
-    serve: Literal["checkpoint", "engine"]
-    tokenizer: TokenizerOverrides
-
-
-class PreparedModel(_Model):
-    folder: Path
-    manifest: Manifest
-
-    @property
-    def tokenizer_dir(self) -> Path:
-        return self.folder / TOKENIZER_DIR
-
-    @property
-    def checkpoint_dir(self) -> Path | None:
-        return self.folder / CHECKPOINT_DIR if self.manifest.serve == "checkpoint" else None
-
-    @property
-    def engine_dir(self) -> Path | None:
-        return self.folder / ENGINE_DIR if self.manifest.serve == "engine" else None
-
-    @property
-    def model_dir(self) -> Path:
-        """What is served: the checkpoint folder or the engine folder."""
-        return self.folder / (CHECKPOINT_DIR if self.manifest.serve == "checkpoint" else ENGINE_DIR)
-
-
-def read_prepared(folder: Path) -> PreparedModel | None:
-    """The prepared model in ``folder``; None when it has no manifest (not prepared, or not finished)."""
-    path = folder / MANIFEST_NAME
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):  # not prepared, or a model file rather than a folder
-        return None
-    except OSError as exc:
-        raise PrepareError(f"cannot read {path}: {exc}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise PrepareError(f"{path} is not valid JSON: {exc}") from None
-    if isinstance(data, dict) and data.get("format") != MANIFEST_FORMAT:
-        raise PrepareError(
-            f"{path} has format {data.get('format')!r}; this llgtriton reads format {MANIFEST_FORMAT}: "
-            "prepare the model again with it"
-        )
-    prepared = PreparedModel(folder=folder, manifest=_validated(Manifest, data, str(path)))
-    missing = [str(p) for p in (prepared.tokenizer_dir, prepared.model_dir) if not p.is_dir()]
-    if missing:
-        raise PrepareError(f"{folder} is incomplete: {', '.join(missing)} missing; prepare it again")
-    return prepared
+    return validated(PrepareConfig, _read_config_file(path), f"config file {path}")
 
 
 def _write_manifest(folder: Path, manifest: Manifest) -> None:
@@ -772,7 +682,7 @@ def config_from_arguments(arguments: argparse.Namespace) -> PrepareConfig:
         file_tokenizer = raw.get("tokenizer")
         raw["tokenizer"] = {**file_tokenizer, **tokenizer} if isinstance(file_tokenizer, dict) else tokenizer
     origin = "arguments" if arguments.config is None else f"config file {arguments.config}"
-    return _validated(PrepareConfig, raw, origin)
+    return validated(PrepareConfig, raw, origin)
 
 
 def prepare_main(arguments: argparse.Namespace) -> int:
