@@ -23,6 +23,9 @@ MANIFEST_FORMAT: Final = 1
 TOKENIZER_DIR = "tokenizer"
 CHECKPOINT_DIR = "checkpoint"
 ENGINE_DIR = "engine"
+# Folders a preparation makes in OUTPUT while it runs, and removes before it writes the manifest.
+TRTLLM_CHECKPOINT_DIR = ".trtllm-checkpoint"  # convert_checkpoint.py's output
+DOWNLOAD_DIR = ".download"  # a Hub id's snapshot
 
 
 class PrepareError(ValueError):

@@ -104,22 +104,24 @@ def _fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, convert_fail
 def _build_config(path: Path, model: Path, output: Path, script: Path, engine_args: str) -> Path:
     path.write_text(
         f"""\
-source: {json.dumps(str(model))}
-output: {json.dumps(str(output))}
-tokenizer:
-  eos_token: "<|im_end|>"
-build:
-  convert:
-    script: {json.dumps(str(script))}
-    args:
-      dtype: float16
-      tp_size: 1
-      use_weight_only: true
-      weight_only_precision: int8
-      load_model_on_cpu: false
-    extra_args: ["--rotary_base", "500000"]
-  engine:
-    args:
+source = {json.dumps(str(model))}
+output = {json.dumps(str(output))}
+
+[tokenizer]
+eos_token = "<|im_end|>"
+
+[build.convert]
+script = {json.dumps(str(script))}
+extra_args = ["--rotary_base", "500000"]
+
+[build.convert.args]
+dtype = "float16"
+tp_size = 1
+use_weight_only = true
+weight_only_precision = "int8"
+load_model_on_cpu = false
+
+[build.engine.args]
 {engine_args}
 """
     )
@@ -127,14 +129,14 @@ build:
 
 
 ENGINE_ARGS = """\
-      max_batch_size: 8
-      max_seq_len: 4096
-      gemm_plugin: auto
-      remove_input_padding: false
-      lora_plugin: false
-      gather_generation_logits: true
-      strip_plan: false
-      lora_target_modules: [attn_q, attn_k]
+max_batch_size = 8
+max_seq_len = 4096
+gemm_plugin = "auto"
+remove_input_padding = false
+lora_plugin = false
+gather_generation_logits = true
+strip_plan = false
+lora_target_modules = ["attn_q", "attn_k"]
 """
 
 
@@ -189,7 +191,7 @@ def test_engine_build_runs_the_converter_then_trtllm_build(
 ) -> None:
     tools = _fake_tools(tmp_path, monkeypatch)
     output = tmp_path / "prepared"
-    config = _build_config(tmp_path / "prepare.yaml", model, output, tools.convert_script, ENGINE_ARGS)
+    config = _build_config(tmp_path / "prepare.toml", model, output, tools.convert_script, ENGINE_ARGS)
 
     assert main(["prepare", "--config", str(config)]) == 0
 
@@ -219,7 +221,7 @@ def test_a_misspelt_argument_is_refused_with_suggestions(
 ) -> None:
     tools = _fake_tools(tmp_path, monkeypatch)
     output = tmp_path / "prepared"
-    config = _build_config(tmp_path / "prepare.yaml", model, output, tools.convert_script, "      max_batch: 8\n")
+    config = _build_config(tmp_path / "prepare.toml", model, output, tools.convert_script, "max_batch = 8\n")
 
     assert main(["prepare", "--config", str(config)]) == 2
 
@@ -231,20 +233,24 @@ def test_a_misspelt_argument_is_refused_with_suggestions(
 
 
 def test_every_problem_of_a_config_file_is_listed_with_its_location(tmp_path: Path) -> None:
-    config = tmp_path / "prepare.json"
+    config = tmp_path / "prepare.toml"
     config.write_text(
-        json.dumps(
-            {
-                "source": "model",
-                "output": "out",
-                "tokenizer": {"n_vocab_override": 0},
-                "weights": "symlink",
-                "build": {
-                    "convert": {"script": "convert_checkpoint.py", "args": {"model_dir": "x", "use_weight_only": 1}},
-                    "engine": {"args": {"remove_input_padding": "off", "checkpoint_dir": "y"}},
-                },
-            }
-        )
+        """\
+source = "model"
+output = "out"
+weights = "symlink"
+
+[tokenizer]
+n_vocab_override = 0
+
+[build.convert]
+script = "convert_checkpoint.py"
+args = { model_dir = "x", use_weight_only = 1 }
+
+[build.engine.args]
+remove_input_padding = "off"
+checkpoint_dir = "y"
+"""
     )
 
     with pytest.raises(PrepareError) as error:
@@ -285,7 +291,7 @@ def test_dry_run_prints_the_commands_and_changes_nothing(
 ) -> None:
     tools = _fake_tools(tmp_path, monkeypatch)
     output = tmp_path / "prepared"
-    config = _build_config(tmp_path / "prepare.yaml", model, output, tools.convert_script, ENGINE_ARGS)
+    config = _build_config(tmp_path / "prepare.toml", model, output, tools.convert_script, ENGINE_ARGS)
 
     assert main(["prepare", "--config", str(config), "--dry-run"]) == 0
 
@@ -303,7 +309,7 @@ def test_a_failing_step_is_named_and_no_manifest_is_written(
 ) -> None:
     tools = _fake_tools(tmp_path, monkeypatch, convert_fails=True)
     output = tmp_path / "prepared"
-    config = _build_config(tmp_path / "prepare.yaml", model, output, tools.convert_script, ENGINE_ARGS)
+    config = _build_config(tmp_path / "prepare.toml", model, output, tools.convert_script, ENGINE_ARGS)
 
     assert main(["prepare", "--config", str(config)]) == 1
 
@@ -321,7 +327,7 @@ def test_a_missing_trtllm_build_is_reported_before_anything_runs(
     tools = _fake_tools(tmp_path, monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     output = tmp_path / "prepared"
-    config = _build_config(tmp_path / "prepare.yaml", model, output, tools.convert_script, ENGINE_ARGS)
+    config = _build_config(tmp_path / "prepare.toml", model, output, tools.convert_script, ENGINE_ARGS)
 
     assert main(["prepare", "--config", str(config)]) == 2
 
@@ -407,13 +413,14 @@ def test_a_folder_without_manifest_is_not_prepared(model: Path) -> None:
     assert read_prepared(model / "model.safetensors") is None
 
 
-def test_a_yaml_config_without_pyyaml_points_to_json(
-    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("text", ["source: model\noutput: out\n", '{"source": "model", "output": "out"}'])
+def test_a_config_that_is_not_toml_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
 ) -> None:
+    """One config format for the whole command: YAML and JSON files get a clear error."""
     config = tmp_path / "prepare.yaml"
-    config.write_text(f"source: {json.dumps(str(model))}\noutput: out\n")
-    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml now raises ImportError
+    config.write_text(text)
 
     assert main(["prepare", "--config", str(config)]) == 2
 
-    assert "needs PyYAML (pip install pyyaml); or write the config as JSON" in capsys.readouterr().err
+    assert f"config file {config} is not valid TOML" in capsys.readouterr().err
