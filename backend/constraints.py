@@ -273,3 +273,15 @@ class GuidanceLogitsProcessor:
             return
         if not state.matcher.consume_tokens(list(new)):
             state.error = f"the constraint rejected a token: {short(state.matcher.get_error())}"
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """What constrains an engine's rows: the logits post-processor and the grammars it compiles."""
+
+    processor: GuidanceLogitsProcessor
+    grammars: GrammarCache
+
+    @classmethod
+    def for_processor(cls, processor: GuidanceLogitsProcessor) -> Guidance:
+        return cls(processor, GrammarCache(processor.tokenizer))

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from llguidance import LLMatcher
 
-from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.constraints import Guidance
 from backend.detokenizer import Decoder
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
@@ -82,7 +82,7 @@ class Scheduler:
         *,
         max_batch_size: int,
         max_model_len: int,
-        guidance: tuple[GuidanceLogitsProcessor, GrammarCache] | None = None,
+        guidance: Guidance | None = None,
         max_queue_size: int = 1024,
         max_kv_tokens: int | None = None,
         compile_threads: int = 4,
@@ -125,7 +125,7 @@ class Scheduler:
                 raise Unavailable(f"the request queue is full ({self._max_queue_size} waiting); retry later")
             matcher = None
             if request.grammar is not None and self._guidance is not None:
-                matcher = self._guidance[1].cached_matcher(request.grammar)
+                matcher = self._guidance.grammars.cached_matcher(request.grammar)
                 if matcher is None:  # compiled off the loop thread; it joins the queue when ready
                     future = self._compiler.submit(self._compile_and_enqueue, request, sink)
                     self._compiling[future] = sink
@@ -137,7 +137,7 @@ class Scheduler:
     def _compile_and_enqueue(self, request: EngineRequest, sink: ResponseSink) -> None:
         assert self._guidance is not None and request.grammar is not None
         try:
-            matcher = self._guidance[1].matcher(request.grammar)
+            matcher = self._guidance.grammars.matcher(request.grammar)
         except Exception as exc:  # it fails this request only
             if not isinstance(exc, BackendError):
                 logger.exception("compiling a grammar failed")
@@ -168,7 +168,6 @@ class Scheduler:
         else:
             self._thread.join(timeout)
 
-    @property
     def load(self) -> tuple[int, int]:
         """(running, waiting) request counts; waiting includes requests whose grammar is compiling."""
         return len(self._running), len(self._waiting) + len(self._compiling)
@@ -235,7 +234,7 @@ class Scheduler:
         """
         if self._guidance is None:
             return
-        processor = self._guidance[0]
+        processor = self._guidance.processor
         ahead = [seq for seq in self._running if seq.generated and processor.is_constrained(seq.seq_id)]
         if ahead:
             processor.prefetch([seq.seq_id for seq in ahead], [seq.generated[-1] for seq in ahead])
@@ -244,7 +243,7 @@ class Scheduler:
         """One call of the batched logits post-processor for every constrained row; returns their count."""
         if self._guidance is None:
             return 0
-        processor = self._guidance[0]
+        processor = self._guidance.processor
         constrained = [(seq, row) for seq, row in rows if processor.is_constrained(seq.seq_id)]
         if constrained:
             processor(
@@ -273,7 +272,7 @@ class Scheduler:
                 deliver_failure(sink, InvalidRequest("this engine has no constraint support"))
                 return None
             assert waiting.matcher is not None  # submit() compiled it, or found it in the cache
-            self._guidance[0].add(seq_id, waiting.matcher, len(request.prompt_ids))
+            self._guidance.processor.add(seq_id, waiting.matcher, len(request.prompt_ids))
         seq = _Sequence(
             request,
             sink,
@@ -297,10 +296,10 @@ class Scheduler:
         reporting: dict[_Sequence, torch.Tensor] = {}  # rows whose request wants logprobs
         for seq, logits in rows:
             request = seq.request
-            constraint_error = self._guidance[0].error(seq.seq_id) if self._guidance is not None else None
+            constraint_error = self._guidance.processor.error(seq.seq_id) if self._guidance is not None else None
             if constraint_error is not None:
                 assert self._guidance is not None and request.grammar is not None
-                self._guidance[1].evict(request.grammar)  # its copies share lexer state: compile afresh
+                self._guidance.grammars.evict(request.grammar)  # its copies share lexer state: compile afresh
                 self._abort(seq, BackendError(constraint_error))
                 continue
             try:
@@ -371,7 +370,7 @@ class Scheduler:
             self._running.remove(seq)
         self._engine.release(seq.seq_id)
         if self._guidance is not None:
-            self._guidance[0].remove(seq.seq_id)
+            self._guidance.processor.remove(seq.seq_id)
 
     def _fail_all(self, error: Exception) -> None:
         with self._wakeup:

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
+from backend.assembly import start_torch_service
 from backend.cpu_cores import CgroupMount, cgroup_cpu_limit, cpu_mounts, usable_cores
 from backend.model_loader import torch_threads
-from backend.service import GenerationService
 from bench.layers import closed_loop, engine_settings, layer_requests, quiet_logging, served_model, via_engine
 from bench.reports import write_report
 
@@ -95,7 +95,7 @@ def child(arguments: argparse.Namespace) -> None:
     threads = arguments.child or None
     settings = engine_settings(arguments.model, "cpu", max_batch_size=max(8, arguments.concurrency))
     settings = settings.model_copy(update={"num_threads": threads, "coalesce_responses": False})
-    service = GenerationService.start(settings)
+    service = start_torch_service(settings)
     try:
         figures: dict[str, Any] = {
             "cgroup_cpu_limit": cgroup_cpu_limit(),

@@ -48,6 +48,7 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletionChunk
 
+from backend.assembly import start_torch_service
 from backend.service import GenerationService
 from bench.reports import write_report
 from bench.tbt_overhead import random_checkpoint
@@ -442,7 +443,7 @@ async def run(
     arguments: argparse.Namespace, settings: EngineSettings, proxy_port: int, grpc_port: int
 ) -> dict[str, Any]:
     # The engine layer's sinks cost nothing to call: no response thread for it, in either mode.
-    service = GenerationService.start(settings.model_copy(update={"coalesce_responses": False}))
+    service = start_torch_service(settings.model_copy(update={"coalesce_responses": False}))
     triton = TritonGenerationClient(f"127.0.0.1:{grpc_port}", "llm", timeout_s=600)
     proxy = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy_port}/v1", api_key="unused", max_retries=0)
     model = (await proxy.models.list()).data[0].id

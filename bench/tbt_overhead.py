@@ -29,14 +29,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from backend.assembly import torch_engine
 from backend.chat_template import ChatTemplate
-from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.constraints import GrammarCache, Guidance, GuidanceLogitsProcessor
 from backend.engine import Engine
 from backend.masking import bitmask_applier
 from backend.model_loader import load_model
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
-from backend.service import torch_engine
 from bench.jsonschemabench import DEFAULT_DATA, load_schemas
 from bench.reports import write_report
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
@@ -338,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         eos,
         max_batch_size=settings.max_batch_size,
         max_model_len=max_model_len,
-        guidance=(processor, grammars),
+        guidance=Guidance(processor, grammars),
     )
     phases = PhaseTimer(scheduler, engine) if arguments.phases else None
     cursor = SchemaCursor()

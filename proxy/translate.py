@@ -227,21 +227,43 @@ def _log_unknown_fields(request: GenerationRequestBase) -> None:
         logger.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
 
 
-def _common(request: GenerationRequestBase, constraint: Constraint | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Inputs:
+    """What differs between the endpoints: the prompt (exactly one form of it), its length, the logprobs asked."""
+
+    max_tokens: int | None
+    logprobs: bool
+    top_logprobs: int
+    prompt: str | None = None
+    messages: tuple[wire.ChatMessage, ...] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+    prompt_logprobs: bool = False
+
+
+def _generation(
+    request: GenerationRequestBase, constraint: Constraint | None, inputs: _Inputs
+) -> wire.GenerationRequest:
     _log_unknown_fields(request)
-    return {
-        "stream": request.stream,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "top_k": max(request.top_k, 0),
-        "seed": request.seed,
-        "presence_penalty": request.presence_penalty,
-        "frequency_penalty": request.frequency_penalty,
-        "stop": request.stop_strings(),
-        "guide_type": constraint.guide_type if constraint else None,
-        "guide": constraint.guide if constraint else None,
-        "logit_bias": tuple((int(token), bias) for token, bias in (request.logit_bias or {}).items()),
-    }
+    return wire.GenerationRequest(
+        prompt=inputs.prompt,
+        messages=inputs.messages,
+        prompt_token_ids=inputs.prompt_token_ids,
+        max_tokens=inputs.max_tokens,
+        stream=request.stream,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=max(request.top_k, 0),
+        seed=request.seed,
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+        stop=request.stop_strings(),
+        guide_type=constraint.guide_type if constraint else None,
+        guide=constraint.guide if constraint else None,
+        logprobs=inputs.logprobs,
+        top_logprobs=inputs.top_logprobs,
+        prompt_logprobs=inputs.prompt_logprobs,
+        logit_bias=tuple((int(token), bias) for token, bias in (request.logit_bias or {}).items()),
+    )
 
 
 def _with_instructions(messages: tuple[wire.ChatMessage, ...], instructions: str) -> tuple[wire.ChatMessage, ...]:
@@ -289,14 +311,8 @@ def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
     if plan is not None:
         messages = _with_instructions(messages, plan.instructions)
     max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
-    generation = wire.GenerationRequest(
-        messages=messages,
-        max_tokens=max_tokens,
-        logprobs=bool(request.logprobs),
-        top_logprobs=request.top_logprobs or 0,
-        **_common(request, constraint),
-    )
-    return ChatTranslation(generation, plan)
+    inputs = _Inputs(max_tokens, bool(request.logprobs), request.top_logprobs or 0, messages=messages)
+    return ChatTranslation(_generation(request, constraint, inputs), plan)
 
 
 def completion_generation(request: CompletionRequest) -> wire.GenerationRequest:
@@ -307,15 +323,15 @@ def completion_generation(request: CompletionRequest) -> wire.GenerationRequest:
     if request.best_of not in (None, 1):
         raise _refuse("best_of", "best_of")
     constraint = _one_constraint(_constraints(request))
-    return wire.GenerationRequest(
+    inputs = _Inputs(
+        request.max_tokens,
+        request.logprobs is not None,
+        request.logprobs or 0,
         prompt=request.prompt_text(),
         prompt_token_ids=request.prompt_token_ids(),
-        max_tokens=request.max_tokens,
-        logprobs=request.logprobs is not None,
-        top_logprobs=request.logprobs or 0,
         # the prompt's own logprobs; with max_tokens 0 they are what the engine is asked for, and an
         # echoed prompt of token ids is written back from them
         prompt_logprobs=bool(request.echo)
         and (request.logprobs is not None or request.max_tokens == 0 or request.prompt_text() is None),
-        **_common(request, constraint),
     )
+    return _generation(request, constraint, inputs)

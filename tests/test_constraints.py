@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from backend.chat_template import ChatTemplate
-from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.constraints import GrammarCache, Guidance, GuidanceLogitsProcessor
 from backend.errors import InvalidRequest, Unavailable
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
@@ -35,15 +35,15 @@ PERSON = {
 
 
 @pytest.fixture(scope="module")
-def guidance(loaded_model: Any) -> tuple[GuidanceLogitsProcessor, GrammarCache]:
+def guidance(loaded_model: Any) -> Guidance:
     processor = GuidanceLogitsProcessor.for_tokenizer(
         loaded_model.tokenizer, loaded_model.model.config.vocab_size, loaded_model.eos_token_ids, 4
     )
-    return processor, GrammarCache(processor.tokenizer)
+    return Guidance.for_processor(processor)
 
 
 @pytest.fixture
-def scheduler(loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache]) -> Iterator[Scheduler]:
+def scheduler(loaded_model: Any, guidance: Guidance) -> Iterator[Scheduler]:
     engine = TorchEngine(loaded_model.model, torch.device("cpu"))
     running = Scheduler(
         engine,
@@ -52,7 +52,7 @@ def scheduler(loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, Gramma
         max_batch_size=4,
         max_model_len=1024,
         guidance=guidance,
-        token_bytes=lambda token: bytes(guidance[0].tokenizer.decode_bytes([token])),
+        token_bytes=lambda token: bytes(guidance.processor.tokenizer.decode_bytes([token])),
     )
     running.start()
     yield running
@@ -69,11 +69,9 @@ def constrained(
     return EngineRequest("c", prompt, max_tokens, GREEDY, grammar=grammar_for(guide_type, guide))
 
 
-def test_llguidance_ends_sequences_with_the_engines_eos(
-    loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache]
-) -> None:
-    assert set(guidance[0].tokenizer.eos_tokens) == set(loaded_model.eos_token_ids)
-    assert guidance[0].tokenizer.vocab_size == loaded_model.model.config.vocab_size
+def test_llguidance_ends_sequences_with_the_engines_eos(loaded_model: Any, guidance: Guidance) -> None:
+    assert set(guidance.processor.tokenizer.eos_tokens) == set(loaded_model.eos_token_ids)
+    assert guidance.processor.tokenizer.vocab_size == loaded_model.model.config.vocab_size
 
 
 def test_any_json_object(scheduler: Scheduler, loaded_model: Any) -> None:
@@ -161,7 +159,7 @@ def test_requests_joining_and_leaving_mid_stream_stay_valid(scheduler: Scheduler
     for sink in generate(scheduler, *requests):
         assert sink.error is None
         jsonschema.validate(json.loads(sink.text), PERSON)
-    assert scheduler.load == (0, 0)
+    assert scheduler.load() == (0, 0)
 
 
 def test_a_matcher_error_ends_only_its_own_request(scheduler: Scheduler, loaded_model: Any) -> None:
@@ -187,28 +185,28 @@ def test_a_matcher_error_ends_only_its_own_request(scheduler: Scheduler, loaded_
     assert failed.error is not None and "rejected a token" in str(failed.error)
     assert fine.error is None
     jsonschema.validate(json.loads(fine.text), PERSON)
-    assert scheduler.load == (0, 0)
+    assert scheduler.load() == (0, 0)
 
 
-def test_grammars_are_compiled_once(guidance: tuple[GuidanceLogitsProcessor, GrammarCache]) -> None:
-    cache = GrammarCache(guidance[0].tokenizer)
+def test_grammars_are_compiled_once(guidance: Guidance) -> None:
+    cache = GrammarCache(guidance.processor.tokenizer)
     grammar = grammar_for(GuideType.JSON_SCHEMA, json.dumps({"type": "array", "items": {"type": "number"}}))
     first, second = cache.matcher(grammar), cache.matcher(grammar)
     assert cache.compilations == 1
     assert first is not second  # each request gets its own matcher state
-    assert first.consume_tokens(guidance[0].tokenizer.tokenize_str("[1")) and not second.is_error()
+    assert first.consume_tokens(guidance.processor.tokenizer.tokenize_str("[1")) and not second.is_error()
 
 
 def test_a_grammar_that_does_not_compile_is_an_invalid_request(
-    guidance: tuple[GuidanceLogitsProcessor, GrammarCache],
+    guidance: Guidance,
 ) -> None:
     with pytest.raises(InvalidRequest, match="unknown name"):
-        GrammarCache(guidance[0].tokenizer).matcher("start: missing_rule")
+        GrammarCache(guidance.processor.tokenizer).matcher("start: missing_rule")
 
 
-def test_the_grammar_cache_is_bounded_by_bytes(guidance: tuple[GuidanceLogitsProcessor, GrammarCache]) -> None:
+def test_the_grammar_cache_is_bounded_by_bytes(guidance: Guidance) -> None:
     grammars = [grammar_for(GuideType.REGEX, f"[a-z]{{{i}}}x{'y' * 400}") for i in range(1, 5)]
-    cache = GrammarCache(guidance[0].tokenizer, max_bytes=2 * max(len(g) for g in grammars))
+    cache = GrammarCache(guidance.processor.tokenizer, max_bytes=2 * max(len(g) for g in grammars))
     for grammar in grammars:
         cache.matcher(grammar)
     kept = [grammar for grammar in grammars if cache.cached_matcher(grammar) is not None]
@@ -231,10 +229,10 @@ def test_the_grammar_cache_is_bounded_by_bytes(guidance: tuple[GuidanceLogitsPro
     ],
 )
 def test_constraints_that_fail_at_the_first_token_are_refused_at_compile_time_every_time(
-    guidance: tuple[GuidanceLogitsProcessor, GrammarCache], guide_type: GuideType, guide: str, match: str
+    guidance: Guidance, guide_type: GuideType, guide: str, match: str
 ) -> None:
     """Once the first request's copy had failed, the shared template gave later ones an end-only mask: 'stop', ""."""
-    cache = GrammarCache(guidance[0].tokenizer)
+    cache = GrammarCache(guidance.processor.tokenizer)
     grammar = grammar_for(guide_type, guide)
     for _ in range(2):
         with pytest.raises(InvalidRequest, match=match) as refused:
@@ -288,16 +286,14 @@ def _gated_scheduler(
         loaded_model.eos_token_ids,
         max_batch_size=4,
         max_model_len=1024,
-        guidance=(processor, cache),
+        guidance=Guidance(processor, cache),
         **kwargs,
     )
     return scheduler, cache
 
 
-def test_new_grammars_compile_off_the_step_loop_which_keeps_serving(
-    loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache]
-) -> None:
-    scheduler, cache = _gated_scheduler(loaded_model, guidance[0])
+def test_new_grammars_compile_off_the_step_loop_which_keeps_serving(loaded_model: Any, guidance: Guidance) -> None:
+    scheduler, cache = _gated_scheduler(loaded_model, guidance.processor)
     scheduler.start()
     try:
         prompt = chat(loaded_model, "Describe a person.")
@@ -307,7 +303,7 @@ def test_new_grammars_compile_off_the_step_loop_which_keeps_serving(
         (free,) = generate(scheduler, EngineRequest("free", prompt, 5, GREEDY))
         assert free.outputs[-1].completion_tokens == 5
         assert not compiling.done.is_set()
-        assert scheduler.load == (0, 1)  # the compiling request counts as waiting
+        assert scheduler.load() == (0, 1)  # the compiling request counts as waiting
         cache.gate.set()
         compiling.wait()
         assert compiling.error is None
@@ -326,10 +322,8 @@ def test_a_grammar_that_fails_to_compile_fails_only_its_request(scheduler: Sched
     assert good.error is None and good.outputs[-1].completion_tokens == 5
 
 
-def test_compiling_requests_count_against_the_queue_and_fail_on_shutdown(
-    loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache]
-) -> None:
-    scheduler, cache = _gated_scheduler(loaded_model, guidance[0], max_queue_size=2, compile_threads=1)
+def test_compiling_requests_count_against_the_queue_and_fail_on_shutdown(loaded_model: Any, guidance: Guidance) -> None:
+    scheduler, cache = _gated_scheduler(loaded_model, guidance.processor, max_queue_size=2, compile_threads=1)
     prompt = chat(loaded_model, "Hi")
     sinks = [RecordingSink(), RecordingSink()]
     for index, sink in enumerate(sinks):
@@ -345,9 +339,9 @@ def test_compiling_requests_count_against_the_queue_and_fail_on_shutdown(
 
 
 def test_a_failure_while_consuming_ahead_ends_those_requests_not_the_step(
-    loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache], monkeypatch: pytest.MonkeyPatch
+    loaded_model: Any, guidance: Guidance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    processor, cache = guidance
+    processor, cache = guidance.processor, guidance.grammars
     grammar = grammar_for(GuideType.JSON, None)
     processor.add(1001, cache.matcher(grammar), 3)
     processor.add(1002, cache.matcher(grammar), 3)
@@ -401,9 +395,9 @@ def test_no_logprobs_unless_asked(scheduler: Scheduler, loaded_model: Any) -> No
 
 
 def test_logit_bias_steers_free_text_but_never_lifts_the_mask(
-    scheduler: Scheduler, loaded_model: Any, guidance: tuple[GuidanceLogitsProcessor, GrammarCache]
+    scheduler: Scheduler, loaded_model: Any, guidance: Guidance
 ) -> None:
-    tokenizer = guidance[0].tokenizer
+    tokenizer = guidance.processor.tokenizer
     (forced,) = tokenizer.tokenize_str("banana")[:1]
     prompt = chat(loaded_model, "Is the sky blue? Answer yes or no.")
     bias = SamplingParams(temperature=0.0, logit_bias=((forced, 100.0),))

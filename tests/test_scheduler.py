@@ -88,7 +88,7 @@ def test_batched_requests_match_requests_run_alone(scheduler: Scheduler, tokeniz
     together = run(scheduler, *(request(tokenizer, p) for p in prompts))  # batch 2: two wait in the queue
     assert [sink.text for sink in together] == alone
     assert all(sink.outputs[-1].finish_reason == FinishReason.LENGTH for sink in together)
-    assert scheduler.load == (0, 0)
+    assert scheduler.load() == (0, 0)
 
 
 def test_streaming_sends_deltas_and_one_final(scheduler: Scheduler, tokenizer: Any) -> None:
@@ -169,7 +169,7 @@ def test_cancelled_request_ends_with_a_final_response_and_frees_its_slot(schedul
     assert cancelled.outputs[-1].completion_tokens < 10
     (after,) = run(scheduler, request(tokenizer, "The sky is"))
     assert after.outputs[-1].finish_reason == FinishReason.LENGTH
-    assert scheduler.load == (0, 0)
+    assert scheduler.load() == (0, 0)
 
 
 def test_stop_strings_end_generation(scheduler: Scheduler, tokenizer: Any) -> None:
@@ -190,7 +190,7 @@ def test_a_full_queue_refuses_at_once(loaded_model: Any, tokenizer: Any) -> None
     idle.submit(request(tokenizer, "b"), RecordingSink())
     with pytest.raises(Unavailable, match="queue is full"):
         idle.submit(request(tokenizer, "c"), RecordingSink())
-    assert idle.load == (0, 2)
+    assert idle.load() == (0, 2)
 
 
 class TimedSink(RecordingSink):
@@ -233,7 +233,7 @@ def test_a_request_larger_than_the_kv_budget_is_refused_not_queued(loaded_model:
     )
     with pytest.raises(InvalidRequest, match="budget is 16"):
         small.submit(request(tokenizer, "The sky is", max_tokens=20), RecordingSink())
-    assert small.load == (0, 0)
+    assert small.load() == (0, 0)
 
 
 # Prompt scoring (echo with logprobs) ---------------------------------------------------------
@@ -266,7 +266,7 @@ def test_the_prompt_is_scored_token_by_token(
         assert [a.logprob for a in entry.top] == pytest.approx(values, abs=1e-3)
     last = sink.outputs[-1]
     assert (last.finish_reason, last.completion_tokens) == (FinishReason.LENGTH, max_tokens)
-    assert scheduler.load == (0, 0)
+    assert scheduler.load() == (0, 0)
 
 
 def test_scoring_does_not_change_what_is_generated(scheduler: Scheduler, tokenizer: Any) -> None:

@@ -36,7 +36,6 @@ class RecordingRunner:
         self.submitted: list[EngineRequest] = []
         self.arrived = threading.Event()
 
-    @property
     def load(self) -> tuple[int, int]:
         return 0, len(self.submitted)
 

@@ -86,7 +86,7 @@ def test_models_it_cannot_run_are_named() -> None:
 
 
 def test_auto_on_cuda_falls_back_to_the_growing_cache_for_other_models(caplog: pytest.LogCaptureFixture) -> None:
-    from backend.service import torch_engine
+    from backend.assembly import torch_engine
     from backend.torch_engine import TorchEngine
     from llgtriton.settings import EngineSettings
 
@@ -105,7 +105,7 @@ def test_cache_size_is_slots_times_context(loaded_model: Any) -> None:
 
 
 def test_the_setting_picks_the_engine(loaded_model: Any) -> None:
-    from backend.service import torch_engine
+    from backend.assembly import torch_engine
     from backend.torch_engine import TorchEngine
     from llgtriton.settings import EngineSettings
 

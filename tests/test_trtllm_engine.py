@@ -19,10 +19,11 @@ import jsonschema
 import pytest
 import torch
 
+from backend.assembly import start_service
 from backend.constraints import GuidanceLogitsProcessor
 from backend.errors import BackendError, Unsupported
 from backend.model_loader import checkpoint_path
-from backend.service import GenerationService, start_service
+from backend.service import GenerationService
 from backend.trtllm import hooks
 from backend.trtllm.model_files import ModelFilesError
 from launcher.cli import main as cli_main
@@ -190,7 +191,9 @@ def test_tensor_and_pipeline_parallel_sizes_reach_tensorrt_llm(
     settings = EngineSettings(engine="trtllm", model=str(checkpoint_folder), tensor_parallel_size=2)
     running = start_service(settings.model_copy(update={"pipeline_parallel_size": 2}))
     try:
-        llm = running._scheduler._llm  # type: ignore[union-attr]
+        from tensorrt_llm.llmapi.llm import LLM  # the fake's, which records its instances
+
+        llm = LLM.created[-1]
         assert llm.args["tensor_parallel_size"] == 2
         assert llm.args["pipeline_parallel_size"] == 2
         assert llm.args["kv_cache_config"].free_gpu_memory_fraction == 0.9

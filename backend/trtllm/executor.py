@@ -110,7 +110,6 @@ class ExecutorRunner:
         for thread in self._threads:
             thread.start()
 
-    @property
     def load(self) -> tuple[int, int]:
         return len(self._runs), 0
 

@@ -70,7 +70,6 @@ class LlmApiRunner:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._poll_cancellations(), self._loop)
 
-    @property
     def load(self) -> tuple[int, int]:
         return len(self._runs), 0
 

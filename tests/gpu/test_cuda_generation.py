@@ -40,7 +40,7 @@ PERSON = {
 def setup(request: pytest.FixtureRequest) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+    from backend.constraints import Guidance, GuidanceLogitsProcessor
     from backend.masking import bitmask_applier
     from backend.scheduler import Scheduler
     from backend.slot_engine import SlotEngine
@@ -63,7 +63,7 @@ def setup(request: pytest.FixtureRequest) -> Any:
         eos,
         max_batch_size=8,
         max_model_len=512,
-        guidance=(processor, GrammarCache(processor.tokenizer)),
+        guidance=Guidance.for_processor(processor),
     )
     scheduler.start()
     yield scheduler, tokenizer

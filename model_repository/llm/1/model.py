@@ -15,8 +15,8 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
+from backend.assembly import start_service
 from backend.errors import BackendError
-from backend.service import start_service
 from backend.telemetry import MetricsPublisher
 from llgtriton import wire
 from llgtriton.logs import configure_logging

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -102,6 +102,8 @@ class _Active:
 
 
 class LLM:
+    created: ClassVar[list[LLM]] = []  # for the tests (not in TensorRT-LLM): every instance, in order
+
     def __init__(
         self,
         model: str | Path,
@@ -121,6 +123,7 @@ class LLM:
         if kwargs.get("backend", "pytorch") != "pytorch":
             raise ValueError("this fake mirrors the PyTorch backend only")
         self.args = {"model": model, "tokenizer": tokenizer, "tensor_parallel_size": tensor_parallel_size, **kwargs}
+        LLM.created.append(self)
         self._model = ToyModel(vocab_size_of(model))
         self._client_ids = itertools.count()
         self._internal_ids = itertools.count(kwargs.get("max_batch_size") or 2048)

@@ -1,0 +1,135 @@
+"""The composition root: the backend's parts put together for ``settings.engine``.
+
+``model.py`` calls :func:`start_service` once per model instance; everything it returns is a
+:class:`~backend.service.Service`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+from transformers import PreTrainedModel
+
+from backend.chat_template import ChatTemplate
+from backend.constraints import Guidance, GuidanceLogitsProcessor
+from backend.engine import Engine
+from backend.masking import bitmask_applier
+from backend.model_loader import load_model
+from backend.response_pump import ResponsePump
+from backend.scheduler import Scheduler
+from backend.service import GenerationService, Service
+from backend.slot_engine import SlotEngine, cache_bytes, supports
+from backend.synthetic import SyntheticService
+from backend.torch_engine import TorchEngine
+from llgtriton.settings import EngineSettings
+
+logger = logging.getLogger(__name__)
+
+
+def torch_engine(settings: EngineSettings, model: PreTrainedModel, context: int) -> Engine:
+    """The engine ``settings.kv_cache`` asks for; ``auto`` explains in the log why it chose what it did."""
+    device = torch.device(settings.device)
+    slots = settings.max_batch_size
+    if settings.kv_cache == "slots":
+        return _with_graphs(SlotEngine(model, device, slots=slots, context=context))
+    if settings.kv_cache == "auto" and device.type == "cuda":
+        reason = supports(model) or _slots_do_not_fit(model, device, slots, context)
+        if reason is None:
+            return _with_graphs(SlotEngine(model, device, slots=slots, context=context))
+        logger.warning("KV cache: growing, not preallocated slots: %s", reason)
+    return TorchEngine(model, device)
+
+
+def _slots_do_not_fit(model: PreTrainedModel, device: torch.device, slots: int, context: int) -> str | None:
+    """Why the slot cache would not fit in nine tenths of the free GPU memory, or None (logged) if it does.
+
+    Only asked of a model the slot engine supports: ``cache_bytes`` reads Llama's config fields.
+    """
+    need = cache_bytes(model, slots, context)
+    free = torch.cuda.mem_get_info(device)[0]
+    if need > 0.9 * free:
+        return (
+            f"its {need / 2**30:.1f} GiB ({slots} slots x {context} tokens) exceed 90% of the "
+            f"{free / 2**30:.1f} GiB free; lower --engine-max-batch-size or --engine-max-model-len"
+        )
+    logger.info("KV cache: %d slots x %d tokens (%.2f GiB), CUDA graphs", slots, context, need / 2**30)
+    return None
+
+
+def _with_graphs(engine: SlotEngine) -> SlotEngine:
+    """Capture every decode shape before serving, so that no request's step waits for a capture."""
+    started = time.perf_counter()
+    captured = engine.capture_all()
+    if captured:
+        logger.info("captured %d decode graphs in %.1f s", captured, time.perf_counter() - started)
+    return engine
+
+
+def response_pump(settings: EngineSettings) -> ResponsePump | None:
+    return ResponsePump() if settings.coalesce_responses else None
+
+
+def start_service(settings: EngineSettings) -> Service:
+    """The service for ``settings.engine``."""
+    if settings.engine == "synthetic":
+        return SyntheticService(settings)
+    if settings.engine == "trtllm":
+        from backend.trtllm.start import start_runner  # imports TensorRT-LLM
+
+        model, runner = start_runner(settings)
+        chat_template = ChatTemplate(model.tokenizer, settings.chat_template)
+        service = GenerationService(
+            model.tokenizer,
+            chat_template,
+            runner,
+            vocab_size=model.vocab_size,
+            max_model_len=model.max_model_len,
+            pump=response_pump(settings),
+            max_admitting=settings.max_queue_size,
+        )
+        logger.info("ready: %s on TensorRT-LLM (%s), context %d tokens", model.name, model.kind, model.max_model_len)
+        return service
+    return start_torch_service(settings)
+
+
+def start_torch_service(settings: EngineSettings) -> GenerationService:
+    """The torch engine's service: the model loaded, the step loop started."""
+    loaded = load_model(settings)
+    chat_template = ChatTemplate(loaded.tokenizer, settings.chat_template)
+    engine = torch_engine(settings, loaded.model, loaded.max_model_len)
+    processor = GuidanceLogitsProcessor.for_tokenizer(
+        loaded.tokenizer,
+        engine.vocab_size,
+        loaded.eos_token_ids,
+        settings.max_batch_size,
+        applier=bitmask_applier(torch.device(settings.device), engine.vocab_size, settings.max_batch_size),
+    )
+    scheduler = Scheduler(
+        engine,
+        loaded.tokenizer,
+        loaded.eos_token_ids,
+        max_batch_size=settings.max_batch_size,
+        max_model_len=loaded.max_model_len,
+        guidance=Guidance.for_processor(processor),
+        max_queue_size=settings.max_queue_size,
+        max_kv_tokens=settings.max_kv_tokens,
+        token_bytes=lambda token: bytes(processor.tokenizer.decode_bytes([token])),
+    )
+    scheduler.start()
+    logger.info(
+        "ready: %s, context %d tokens, batch %d",
+        loaded.path.name,
+        loaded.max_model_len,
+        settings.max_batch_size,
+    )
+    return GenerationService(
+        loaded.tokenizer,
+        chat_template,
+        scheduler,
+        vocab_size=engine.vocab_size,
+        max_model_len=loaded.max_model_len,
+        pump=response_pump(settings),
+        max_admitting=settings.max_queue_size,
+    )
