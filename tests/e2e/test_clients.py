@@ -14,7 +14,7 @@ import pytest
 
 from backend.model_loader import checkpoint_path
 from llgtriton.settings import EngineSettings
-from tests.conftest import ROOT, RunningServer
+from tests.harness import ROOT, RunningServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clients]
 CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"

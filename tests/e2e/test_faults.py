@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from launcher.triton_server import STUB_NAME, live_children
-from tests.conftest import RunningServer, start_process, start_server, stop_server, triton_ports_argv
+from tests.harness import RunningServer, start_process, start_server, stop_server, triton_ports_argv
 
 pytestmark = pytest.mark.e2e
 

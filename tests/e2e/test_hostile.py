@@ -21,7 +21,7 @@ from bench.hostile import (
     proxy_attack,
     triton_attack,
 )
-from tests.conftest import RunningServer
+from tests.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from launcher.triton_server import live_children
-from tests.conftest import RunningServer, start_server, stop_process, stop_server
+from tests.harness import RunningServer, start_server, stop_process, stop_server
 
 pytestmark = pytest.mark.e2e
 

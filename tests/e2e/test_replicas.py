@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from launcher.triton_server import live_children
-from tests.conftest import free_port, start_process, stop_process, triton_ports_argv
+from tests.harness import free_port, start_process, stop_process, triton_ports_argv
 
 pytestmark = pytest.mark.e2e
 

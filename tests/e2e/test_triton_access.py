@@ -9,7 +9,7 @@ import pytest
 
 from bench.hostile import NORMAL, TritonAttack, triton_attack
 from llgtriton.wire import ADMIN_KEY_HEADER, INFERENCE_KEY_HEADER
-from tests.conftest import RunningServer, start_server, stop_server
+from tests.harness import RunningServer, start_server, stop_server
 
 pytestmark = pytest.mark.e2e
 

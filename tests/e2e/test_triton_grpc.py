@@ -11,7 +11,7 @@ import openai
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import RunningServer
+from tests.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from llgtriton.wire import FinishReason
-from tests.test_scheduler import RecordingSink
+from tests.backend.recording import RecordingSink
 
 pytestmark = [
     pytest.mark.gpu,

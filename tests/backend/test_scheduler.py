@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,36 +16,9 @@ from backend.scheduler import Scheduler
 from backend.slot_engine import SlotEngine
 from backend.torch_engine import TorchEngine
 from llgtriton.wire import FinishReason, GenerationOutput
+from tests.backend.recording import RecordingSink, run
 
 GREEDY = SamplingParams(temperature=0.0)
-
-
-class RecordingSink:
-    def __init__(self, cancel_after: int | None = None) -> None:
-        self.outputs: list[GenerationOutput] = []
-        self.error: Exception | None = None
-        self.done = threading.Event()
-        self._cancel_after = cancel_after
-
-    def send(self, output: GenerationOutput, *, final: bool) -> None:
-        assert not self.done.is_set(), "a response after the final one"
-        self.outputs.append(output)
-        if final:
-            self.done.set()
-
-    def fail(self, error: Exception) -> None:
-        self.error = error
-        self.done.set()
-
-    def is_cancelled(self) -> bool:
-        return self._cancel_after is not None and len(self.outputs) >= self._cancel_after
-
-    def wait(self) -> None:
-        assert self.done.wait(120), "the request never finished"
-
-    @property
-    def text(self) -> str:
-        return "".join(o.text for o in self.outputs)
 
 
 @pytest.fixture(params=["growing", "slots"])
@@ -71,15 +43,6 @@ def request(tokenizer: Any, prompt: str, max_tokens: int = 8, **kwargs: Any) -> 
         sampling=kwargs.pop("sampling", GREEDY),
         **kwargs,
     )
-
-
-def run(scheduler: Scheduler, *requests: EngineRequest) -> list[RecordingSink]:
-    sinks = [RecordingSink() for _ in requests]
-    for item, sink in zip(requests, sinks, strict=True):
-        scheduler.submit(item, sink)
-    for sink in sinks:
-        sink.wait()
-    return sinks
 
 
 def test_batched_requests_match_requests_run_alone(scheduler: Scheduler, tokenizer: Any) -> None:

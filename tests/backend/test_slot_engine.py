@@ -13,7 +13,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from backend import slot_engine
 from backend.slot_engine import SlotEngine, cache_bytes, supports
-from tests.test_torch_engine import greedy_alone
+from tests.backend.recording import greedy_alone
 
 CPU = torch.device("cpu")
 

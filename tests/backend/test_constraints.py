@@ -22,8 +22,8 @@ from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
 from llgtriton.guides import grammar_for
 from llgtriton.wire import ChatMessage, FinishReason, GuideType
-from tests.test_scheduler import RecordingSink
-from tests.test_scheduler import run as generate
+from tests.backend.recording import RecordingSink
+from tests.backend.recording import run as generate
 
 GREEDY = SamplingParams(temperature=0.0)
 PERSON = {

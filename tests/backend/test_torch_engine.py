@@ -8,16 +8,7 @@ import torch
 
 from backend import torch_engine
 from backend.torch_engine import TorchEngine
-
-
-def greedy_alone(model: Any, prompt: list[int], steps: int) -> list[int]:
-    ids, out = list(prompt), []
-    with torch.inference_mode():
-        for _ in range(steps):
-            token = int(model(torch.tensor([ids])).logits[0, -1].argmax())
-            out.append(token)
-            ids.append(token)
-    return out
+from tests.backend.recording import greedy_alone
 
 
 def test_sequences_joining_and_leaving_decode_like_single_runs(loaded_model: Any) -> None:

@@ -13,7 +13,7 @@ from backend.requests import EngineRequest, ResponseSink
 from backend.service import GenerationService
 from backend.telemetry import StepCounters
 from llgtriton.wire import GenerationRequest
-from tests.test_scheduler import RecordingSink
+from tests.backend.recording import RecordingSink
 
 
 class GatedTokenizer:

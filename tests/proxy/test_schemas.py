@@ -8,7 +8,7 @@ from typing import Any
 from llgtriton.guides import grammar_for
 from llgtriton.wire import GuideType
 from proxy.schemas import closed_objects
-from tests.test_guides import accepts
+from tests.llgtriton.matching import accepts
 
 
 def test_nested_objects_and_definitions_are_closed() -> None:

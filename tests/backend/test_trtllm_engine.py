@@ -29,9 +29,10 @@ from backend.trtllm.model_files import ModelFilesError
 from launcher.cli import main as cli_main
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import ChatMessage, FinishReason, GenerationRequest, GuideType
-from tests.test_scheduler import RecordingSink
+from tests.backend.recording import RecordingSink
+from tests.harness import ROOT
 
-FAKES = Path(__file__).parent / "fakes"
+FAKES = ROOT / "tests" / "fakes"
 SCHEMA = {
     "type": "object",
     "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 99}},

@@ -18,7 +18,7 @@ from proxy.errors import InvalidRequestError, validation_error
 from proxy.protocol import MAX_TOOLS, ChatCompletionRequest, ChatDelta
 from proxy.tool_calls import JsonArraySplitter, ParsedCall, ToolCallStream, parse_calls
 from proxy.tools import TOOL_CALL_MARKER, ToolMode, ToolPlan, plan_tools
-from tests.test_guides import accepts
+from tests.llgtriton.matching import accepts
 
 WEATHER_PARAMETERS: dict[str, Any] = {
     "type": "object",

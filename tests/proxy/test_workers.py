@@ -15,7 +15,7 @@ import time
 from llgtriton.settings import ProxySettings, Settings
 from proxy.guards import SharedInFlight
 from proxy.workers import ProxyWorkers, listen
-from tests.conftest import free_port
+from tests.harness import free_port
 
 
 async def test_connections_accepted_on_the_shared_socket_send_small_writes_at_once() -> None:

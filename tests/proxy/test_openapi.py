@@ -20,9 +20,9 @@ from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from proxy.protocol import MAX_TOOLS
-from tests.test_proxy_app import MODEL, ScriptedClient, _app
+from tests.proxy.scripted import MODEL, ScriptedClient, scripted_app
 
-schema = schemathesis.openapi.from_asgi("/openapi.json", _app(ScriptedClient()))
+schema = schemathesis.openapi.from_asgi("/openapi.json", scripted_app(ScriptedClient()))
 
 
 async def test_openapi_document_is_served_valid_and_describes_every_route(http: httpx.AsyncClient) -> None:

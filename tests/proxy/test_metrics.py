@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.test_proxy_app import ScriptedClient, _app, _chat, _http
+from tests.proxy.scripted import ScriptedClient, chat_body, http_client, scripted_app
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -24,10 +24,10 @@ async def _metrics(http: httpx.AsyncClient) -> dict[tuple[str, tuple[tuple[str, 
 
 
 async def test_requests_errors_and_latencies_are_counted(client: ScriptedClient) -> None:
-    async with _http(_app(client)) as http:
-        assert (await http.post("/v1/chat/completions", json=_chat())).status_code == 200
-        assert (await http.post("/v1/chat/completions", json=_chat(stream=True))).status_code == 200
-        assert (await http.post("/v1/chat/completions", json=_chat(model="nope"))).status_code == 404
+    async with http_client(scripted_app(client)) as http:
+        assert (await http.post("/v1/chat/completions", json=chat_body())).status_code == 200
+        assert (await http.post("/v1/chat/completions", json=chat_body(stream=True))).status_code == 200
+        assert (await http.post("/v1/chat/completions", json=chat_body(model="nope"))).status_code == 404
         assert (await http.post("/v1/chat/completions", content=b"{")).status_code == 400
         assert (await http.get("/no/such/route")).status_code == 404
         samples = await _metrics(http)
@@ -44,7 +44,7 @@ async def test_requests_errors_and_latencies_are_counted(client: ScriptedClient)
 
 
 async def test_refused_requests_are_counted_and_metrics_need_no_key(client: ScriptedClient) -> None:
-    async with _http(_app(client, api_key="sk-secret")) as http:
+    async with http_client(scripted_app(client, api_key="sk-secret")) as http:
         assert (await http.get("/v1/models")).status_code == 401
         samples = await _metrics(http)
     assert samples[("llgtriton_proxy_requests_total", (("route", "/v1/models"), ("status", "401")))] == 1
@@ -52,7 +52,7 @@ async def test_refused_requests_are_counted_and_metrics_need_no_key(client: Scri
 
 
 async def test_each_app_counts_only_its_own_requests(client: ScriptedClient) -> None:
-    async with _http(_app(client)) as first, _http(_app(client)) as second:
+    async with http_client(scripted_app(client)) as first, http_client(scripted_app(client)) as second:
         await first.get("/v1/models")
         samples = await _metrics(second)
     assert ("llgtriton_proxy_requests_total", (("route", "/v1/models"), ("status", "200"))) not in samples

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,11 +27,12 @@ from bench.mask_kernel import (
     parse_variant,
 )
 from bench.plot_mask_kernel import KINDS, markdown
+from tests.harness import ROOT
 
 
 def h100_report() -> dict[str, Any]:
     """The committed H100 kernel report (a fresh copy per call: tests relabel its rows)."""
-    report: dict[str, Any] = json.loads((Path(__file__).parents[1] / "docs/results/mask_kernel_h100.json").read_text())
+    report: dict[str, Any] = json.loads((ROOT / "docs/results/mask_kernel_h100.json").read_text())
     return report
 
 

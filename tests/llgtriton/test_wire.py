@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llgtriton import wire
+from tests.harness import ROOT
 
-CONFIG_PBTXT = Path(__file__).resolve().parent.parent / "model_repository" / "llm" / "config.pbtxt"
+CONFIG_PBTXT = ROOT / "model_repository" / "llm" / "config.pbtxt"
 
 # The numpy dtype each Triton type travels as (BYTES tensors are object arrays of bytes).
 NUMPY_DTYPES: dict[str, type[np.generic]] = {

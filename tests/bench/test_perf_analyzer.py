@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bench.layers import SHIPPED_DATA, layer_requests, perf_analyzer_data, perf_analyzer_figures
 from llgtriton import wire
+from tests.harness import ROOT
 
-SHIPPED = Path(__file__).resolve().parents[1] / "bench" / "perf_analyzer"
+SHIPPED = ROOT / "bench" / "perf_analyzer"
 
 
 @pytest.mark.parametrize("constrained", [False, True])

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_proxy_app import MODEL, ScriptedClient, _app, _http
+from tests.proxy.scripted import MODEL, ScriptedClient, http_client, scripted_app
 
 SCALARS = st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats() | st.text(max_size=20)
 JSON = st.recursive(
@@ -63,7 +63,7 @@ CONSTRAINED = st.builds(
 
 def _post_all(path: str, bodies: list[Any]) -> list[tuple[int, Any]]:
     async def run() -> list[tuple[int, Any]]:
-        async with _http(_app(ScriptedClient()), raise_app_exceptions=False) as http:
+        async with http_client(scripted_app(ScriptedClient()), raise_app_exceptions=False) as http:
             answers = []
             for body in bodies:
                 content = body if isinstance(body, bytes) else json.dumps(body, allow_nan=True).encode()

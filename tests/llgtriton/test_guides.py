@@ -37,22 +37,7 @@ from llgtriton.guides import (
     with_json_options,
 )
 from llgtriton.wire import GuideType
-
-BYTE_TOKENIZER = llguidance.LLTokenizer("byte")
-
-
-def matcher(grammar: str) -> LLMatcher:
-    """A matcher for ``grammar`` over the byte tokenizer; the grammar must compile."""
-    built = LLMatcher(BYTE_TOKENIZER, grammar, log_level=0)
-    assert not built.is_error(), built.get_error()
-    return built
-
-
-def accepts(grammar: str, text: str) -> bool:
-    """Whether a generation constrained by ``grammar`` can produce exactly ``text`` and stop."""
-    built = matcher(grammar)
-    consumed = built.consume_tokens(BYTE_TOKENIZER.tokenize_str(text))
-    return consumed and not built.is_error() and built.is_accepting()
+from tests.llgtriton.matching import BYTE_TOKENIZER, accepts, matcher
 
 
 def compiled(guide_type: GuideType, guide: str | None) -> str:

@@ -17,22 +17,22 @@ import pytest
 from launcher import cli
 from llgtriton import wire
 from llgtriton.settings import Settings, SettingsError, to_toml
-from tests.test_proxy_app import MODEL, ScriptedClient, _app, _assert_error, _chat, _http
+from tests.proxy.scripted import MODEL, ScriptedClient, assert_error, chat_body, http_client, scripted_app
 
 SECRET = "sk-test-0123456789abcdef"
 CHAT = "/v1/chat/completions"
 
 
 async def test_with_a_key_configured_v1_routes_need_it(client: ScriptedClient) -> None:
-    async with _http(_app(client, api_key=SECRET)) as http:
-        missing = await http.post(CHAT, json=_chat())
-        _assert_error(missing, 401, "invalid_request_error", code="invalid_api_key")
+    async with http_client(scripted_app(client, api_key=SECRET)) as http:
+        missing = await http.post(CHAT, json=chat_body())
+        assert_error(missing, 401, "invalid_request_error", code="invalid_api_key")
         assert missing.headers["www-authenticate"] == "Bearer"
         wrong = await http.get("/v1/models", headers={"Authorization": f"Bearer {SECRET}x"})
-        _assert_error(wrong, 401, "invalid_request_error", code="invalid_api_key")
+        assert_error(wrong, 401, "invalid_request_error", code="invalid_api_key")
         basic = await http.get("/v1/models", headers={"Authorization": f"Basic {SECRET}"})
         assert basic.status_code == 401
-        good = await http.post(CHAT, json=_chat(), headers={"Authorization": f"Bearer {SECRET}"})
+        good = await http.post(CHAT, json=chat_body(), headers={"Authorization": f"Bearer {SECRET}"})
         assert good.status_code == 200 and good.json()["choices"][0]["message"]["content"] == "Hello world"
         # Probes stay open.
         assert (await http.get("/health")).status_code == 200
@@ -46,7 +46,7 @@ async def test_the_sdk_with_the_right_and_a_wrong_key(client: ScriptedClient) ->
             base_url="http://test/v1",
             api_key=key,
             max_retries=0,
-            http_client=_http(_app(client, api_key=SECRET)),  # type: ignore[arg-type]
+            http_client=http_client(scripted_app(client, api_key=SECRET)),  # type: ignore[arg-type]
         ) as sdk:
             call = sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
             if works:
@@ -62,7 +62,7 @@ async def test_keys_from_a_file_rotate_and_are_never_logged(
     key_file = tmp_path / "keys"
     key_file.write_text(f"# current and next key\n{SECRET}\n\nsk-next-key\n")
     caplog.set_level(logging.DEBUG)
-    async with _http(_app(client, api_key_file=key_file)) as http:
+    async with http_client(scripted_app(client, api_key_file=key_file)) as http:
         for key in (SECRET, "sk-next-key"):
             response = await http.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
             assert response.status_code == 200
@@ -72,10 +72,10 @@ async def test_keys_from_a_file_rotate_and_are_never_logged(
 
 def test_an_unreadable_or_empty_key_file_stops_the_proxy_from_starting(client: ScriptedClient, tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="cannot read the API key file"):
-        _app(client, api_key_file=tmp_path / "missing")
+        scripted_app(client, api_key_file=tmp_path / "missing")
     (tmp_path / "empty").write_text("# nothing yet\n")
     with pytest.raises(SettingsError, match="holds no key"):
-        _app(client, api_key_file=tmp_path / "empty")
+        scripted_app(client, api_key_file=tmp_path / "empty")
     # The command line refuses it before starting anything.
     assert cli.main(["proxy", f"--proxy-api-key-file={tmp_path / 'empty'}"]) == 2
 
@@ -104,33 +104,33 @@ class GatedClient(ScriptedClient):
 
 async def test_over_the_concurrency_limit_is_a_429_with_retry_after() -> None:
     client = GatedClient()
-    async with _http(_app(client, max_concurrent_requests=1)) as http:
-        first = asyncio.create_task(http.post(CHAT, json=_chat(stream=True)))
+    async with http_client(scripted_app(client, max_concurrent_requests=1)) as http:
+        first = asyncio.create_task(http.post(CHAT, json=chat_body(stream=True)))
         await asyncio.wait_for(client.started.wait(), 5)
         refused = await http.post("/v1/completions", json={"model": MODEL, "prompt": "x"})
-        _assert_error(refused, 429, "rate_limit_exceeded", code="rate_limit_exceeded")
+        assert_error(refused, 429, "rate_limit_exceeded", code="rate_limit_exceeded")
         assert refused.headers["retry-after"] == "1"
         assert (await http.get("/v1/models")).status_code == 200  # only generations count
         client.gate.set()
         streamed = await first
         assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\n\n")
-        again = await http.post(CHAT, json=_chat())  # the slot is free once the stream has ended
+        again = await http.post(CHAT, json=chat_body())  # the slot is free once the stream has ended
         assert again.status_code == 200
     assert len(client.requests) == 2  # the refused one never reached Triton
 
 
 async def test_a_client_that_disconnects_frees_its_slot() -> None:
     client = GatedClient()
-    app = _app(client, max_concurrent_requests=1)
-    async with _http(app) as http:
-        first = asyncio.create_task(http.post(CHAT, json=_chat(stream=True)))
+    app = scripted_app(client, max_concurrent_requests=1)
+    async with http_client(app) as http:
+        first = asyncio.create_task(http.post(CHAT, json=chat_body(stream=True)))
         await asyncio.wait_for(client.started.wait(), 5)
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
         client.gate.set()
         for _ in range(50):  # the cancelled request unwinds on the next loop iterations
-            response = await http.post(CHAT, json=_chat())
+            response = await http.post(CHAT, json=chat_body())
             if response.status_code != 429:
                 break
             await asyncio.sleep(0.01)
@@ -138,7 +138,7 @@ async def test_a_client_that_disconnects_frees_its_slot() -> None:
 
 
 async def test_without_settings_there_is_neither_key_nor_limit(http: httpx.AsyncClient) -> None:
-    responses = await asyncio.gather(*(http.post(CHAT, json=_chat()) for _ in range(20)))
+    responses = await asyncio.gather(*(http.post(CHAT, json=chat_body()) for _ in range(20)))
     assert {response.status_code for response in responses} == {200}
 
 
@@ -192,8 +192,8 @@ def _client_that_hangs_up(body: bytes) -> tuple[Callable[[], Awaitable[dict[str,
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_client_that_hangs_up_while_queued_cancels_its_generation(stream: bool) -> None:
     client = CancellableClient()
-    app = _app(client)
-    body = json.dumps(_chat(stream=stream)).encode()
+    app = scripted_app(client)
+    body = json.dumps(chat_body(stream=stream)).encode()
     receive, hung_up = _client_that_hangs_up(body)
 
     async def send(message: MutableMapping[str, Any]) -> None:
@@ -213,8 +213,8 @@ async def test_a_server_that_cuts_a_stream_of_several_choices_short_gets_its_own
     """Found by schemathesis, whose ASGI transport cuts event streams with an anyio cancel scope (as
     servers and middleware built on anyio do): with n > 1, the cancellation used to leave the app as
     a CancelledError the scope could not recognise as its own, so it escaped the scope."""
-    app = _app(ScriptedClient())
-    body = json.dumps(_chat(stream=True, n=2)).encode()
+    app = scripted_app(ScriptedClient())
+    body = json.dumps(chat_body(stream=True, n=2)).encode()
     receive, hung_up = _client_that_hangs_up(body)
     sent = 0
     with anyio.CancelScope() as server:
@@ -236,7 +236,7 @@ async def test_a_server_that_cuts_a_stream_of_several_choices_short_gets_its_own
 async def test_a_client_that_hangs_up_while_sending_its_body_is_no_error(caplog: pytest.LogCaptureFixture) -> None:
     """Found by bench/proxy_overhead.py: this used to end in an unhandled exception and a traceback."""
     client = CancellableClient()
-    app = _app(client)
+    app = scripted_app(client)
     messages: list[dict[str, Any]] = [
         {"type": "http.request", "body": b'{"model": ', "more_body": True},
         {"type": "http.disconnect"},
@@ -270,8 +270,8 @@ class StallingClient(CancellableClient):
 
 async def test_a_client_that_hangs_up_mid_stream_cancels_its_generation(caplog: pytest.LogCaptureFixture) -> None:
     client = StallingClient()
-    app = _app(client)
-    body = json.dumps(_chat(stream=True)).encode()
+    app = scripted_app(client)
+    body = json.dumps(chat_body(stream=True)).encode()
     receive, hung_up = _client_that_hangs_up(body)
     sent: list[MutableMapping[str, Any]] = []
 
@@ -290,8 +290,8 @@ async def test_a_client_that_hangs_up_mid_stream_cancels_its_generation(caplog: 
 async def test_a_cancellation_that_is_not_a_hang_up_passes_through() -> None:
     """The server stopping cancels request tasks; that must stay a cancellation, not become a 499."""
     client = StallingClient()
-    app = _app(client)
-    body = json.dumps(_chat(stream=False)).encode()
+    app = scripted_app(client)
+    body = json.dumps(chat_body(stream=False)).encode()
     messages: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
     sent: list[MutableMapping[str, Any]] = []
 

@@ -16,7 +16,7 @@ import uvicorn
 
 from bench.raw_http import RawHttpError, RawSsePool
 from llgtriton import wire
-from tests.test_proxy_app import MODEL, ScriptedClient, _app
+from tests.proxy.scripted import MODEL, ScriptedClient, scripted_app
 
 WORDS = [f" w{index}" for index in range(40)]
 
@@ -31,7 +31,7 @@ async def server() -> AsyncIterator[tuple[int, uvicorn.Server]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    config = uvicorn.Config(_app(client), host="127.0.0.1", port=port, log_level="warning", http="httptools")
+    config = uvicorn.Config(scripted_app(client), host="127.0.0.1", port=port, log_level="warning", http="httptools")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:

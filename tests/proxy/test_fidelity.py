@@ -16,7 +16,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from llgtriton import wire
 from proxy.errors import ServiceUnavailableError
-from tests.test_proxy_app import MODEL, USER, ScriptedClient, _events
+from tests.proxy.scripted import MODEL, USER, ScriptedClient, sse_events
 
 HELLO = wire.TokenLogprob(b"Hello", -0.25, (wire.Alternative(b"Hello", -0.25), wire.Alternative(b"Hi", -1.5)))
 WORLD = wire.TokenLogprob(b" world", -0.5, (wire.Alternative(b" world", -0.5), wire.Alternative(b" there", -1.0)))
@@ -215,7 +215,7 @@ async def test_bad_logit_bias_is_a_400(http: httpx.AsyncClient) -> None:
 async def test_streamed_events_are_json_with_logprobs(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     client.script(WITH_LOGPROBS)
     body = {"model": MODEL, "messages": USER, "stream": True, "logprobs": True}
-    events = _events(await http.post("/v1/chat/completions", json=body))
+    events = sse_events(await http.post("/v1/chat/completions", json=body))
     assert json.dumps(events[1]["choices"][0]["logprobs"]["content"][0]["token"]) == '"Hello"'
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -19,117 +19,33 @@ from hypothesis import strategies as st
 from openai.types import Completion as SdkCompletion
 from openai.types.chat import ChatCompletion as SdkChatCompletion
 from openai.types.chat import ChatCompletionChunk as SdkChatCompletionChunk
-from starlette.applications import Starlette
 
 from llgtriton import wire
-from llgtriton.settings import ProxySettings
-from proxy.app import create_app
 from proxy.errors import (
     InvalidRequestError,
     ProxyError,
     ServiceUnavailableError,
     UpstreamTimeoutError,
 )
-
-MODEL = "test-model"
-BASE_URL = "http://test"
-HELLO_WORLD = (
-    wire.GenerationOutput(text="Hello", prompt_tokens=7, completion_tokens=1),
-    wire.GenerationOutput(text=" world", finish_reason=wire.FinishReason.STOP, prompt_tokens=7, completion_tokens=2),
+from tests.proxy.scripted import (
+    HELLO_WORLD,
+    MODEL,
+    USER,
+    ScriptedClient,
+    assert_error,
+    chat_body,
+    completion_body,
+    http_client,
+    scripted_app,
+    sse_events,
+    tool,
 )
-USER = [{"role": "user", "content": "Say hello"}]
-
-
-class ScriptedClient:
-    """A GenerationClient that replays ``outputs``, optionally raising ``error`` after ``error_after`` of them."""
-
-    def __init__(self) -> None:
-        self.outputs: Sequence[wire.GenerationOutput] = HELLO_WORLD
-        self.error: Exception | None = None
-        self.error_after = 0
-        self.ready = True
-        self.requests: list[wire.GenerationRequest] = []
-        self.request_ids: list[str] = []
-
-    def script(
-        self, outputs: Sequence[wire.GenerationOutput] = (), error: Exception | None = None, error_after: int = 0
-    ) -> None:
-        self.outputs, self.error, self.error_after = outputs, error, error_after
-
-    async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncGenerator[wire.GenerationOutput]:
-        self.requests.append(request)
-        self.request_ids.append(request_id)
-        for index, output in enumerate(self.outputs):
-            if self.error is not None and index == self.error_after:
-                raise self.error
-            await asyncio.sleep(0)
-            yield output
-        if self.error is not None and self.error_after >= len(self.outputs):
-            raise self.error
-
-    async def is_ready(self) -> bool:
-        return self.ready
-
-    async def close(self) -> None:
-        pass
-
-
-def _app(client: ScriptedClient, **proxy_settings: Any) -> Starlette:
-    return create_app(ProxySettings(served_model_name=MODEL, **proxy_settings), client)
-
-
-def _http(app: Starlette, *, raise_app_exceptions: bool = True) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
-    return httpx.AsyncClient(transport=transport, base_url=BASE_URL)
-
-
-def _tool(name: str) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
-
-
-def _chat(**fields: Any) -> dict[str, Any]:
-    return {"model": MODEL, "messages": USER, **fields}
-
-
-def _completion(**fields: Any) -> dict[str, Any]:
-    return {"model": MODEL, "prompt": "Once upon a time", **fields}
-
-
-def _events(response: httpx.Response) -> list[Any]:
-    """The SSE events of a response: every event is one ``data: <json>`` line, the last ``[DONE]``."""
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/event-stream")
-    body = response.text
-    assert body.endswith("\n\n")
-    frames = body.split("\n\n")[:-1]
-    for frame in frames:
-        assert frame.startswith("data: "), frame
-        assert "\n" not in frame, frame
-    assert frames[-1] == "data: [DONE]"
-    assert frames.count("data: [DONE]") == 1
-    return [json.loads(frame.removeprefix("data: ")) for frame in frames[:-1]]
-
-
-def _assert_error(response: httpx.Response, status: int, error_type: str, **expected: Any) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/json"
-    body = response.json()
-    assert set(body) == {"error"}
-    error: dict[str, Any] = body["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert isinstance(error["message"], str)
-    assert error["message"]
-    assert error["type"] == error_type
-    for key, value in expected.items():
-        assert error[key] == value, (key, error)
-    return error
-
 
 # Request mapping ----------------------------------------------------------------------------
 
 
 async def test_chat_body_maps_to_the_generation_request(http: httpx.AsyncClient, client: ScriptedClient) -> None:
-    body = _chat(
+    body = chat_body(
         messages=[
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
@@ -183,21 +99,21 @@ async def test_chat_body_maps_to_the_generation_request(http: httpx.AsyncClient,
 async def test_chat_max_completion_tokens_wins_over_max_tokens(
     http: httpx.AsyncClient, client: ScriptedClient, fields: dict[str, int], expected: int | None
 ) -> None:
-    assert (await http.post("/v1/chat/completions", json=_chat(**fields))).status_code == 200
+    assert (await http.post("/v1/chat/completions", json=chat_body(**fields))).status_code == 200
     assert client.requests[0].max_tokens == expected
 
 
 async def test_chat_defaults(http: httpx.AsyncClient, client: ScriptedClient) -> None:
-    assert (await http.post("/v1/chat/completions", json=_chat())).status_code == 200
+    assert (await http.post("/v1/chat/completions", json=chat_body())).status_code == 200
     assert client.requests == [wire.GenerationRequest(messages=(wire.ChatMessage("user", "Say hello"),))]
 
 
 async def test_completion_body_maps_to_the_generation_request(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     response = await http.post(
         "/v1/completions",
-        json=_completion(prompt=["A list of one prompt"], stop=["a", "", "b"], top_k=5, seed=0, stream=True),
+        json=completion_body(prompt=["A list of one prompt"], stop=["a", "", "b"], top_k=5, seed=0, stream=True),
     )
-    _events(response)
+    sse_events(response)
     assert client.requests == [
         wire.GenerationRequest(
             prompt="A list of one prompt", max_tokens=16, stream=True, top_k=5, seed=0, stop=("a", "b")
@@ -209,13 +125,13 @@ async def test_completion_body_maps_to_the_generation_request(http: httpx.AsyncC
 async def test_completion_max_tokens_defaults_to_16(
     http: httpx.AsyncClient, client: ScriptedClient, fields: dict[str, int], expected: int
 ) -> None:
-    assert (await http.post("/v1/completions", json=_completion(**fields))).status_code == 200
+    assert (await http.post("/v1/completions", json=completion_body(**fields))).status_code == 200
     assert client.requests[0].max_tokens == expected
 
 
 async def test_each_generation_gets_its_own_request_id(http: httpx.AsyncClient, client: ScriptedClient) -> None:
-    first = (await http.post("/v1/chat/completions", json=_chat())).json()
-    second = (await http.post("/v1/completions", json=_completion())).json()
+    first = (await http.post("/v1/chat/completions", json=chat_body())).json()
+    second = (await http.post("/v1/completions", json=completion_body())).json()
     assert client.request_ids == [first["id"], second["id"]]
     assert first["id"].startswith("chatcmpl-")
     assert second["id"].startswith("cmpl-")
@@ -226,7 +142,7 @@ async def test_each_generation_gets_its_own_request_id(http: httpx.AsyncClient, 
 
 
 async def test_chat_completion_response(http: httpx.AsyncClient) -> None:
-    response = await http.post("/v1/chat/completions", json=_chat())
+    response = await http.post("/v1/chat/completions", json=chat_body())
     assert response.status_code == 200
     body = response.json()
     assert body["object"] == "chat.completion"
@@ -244,7 +160,7 @@ async def test_chat_completion_response(http: httpx.AsyncClient) -> None:
 
 async def test_completion_response_with_length_finish(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     client.script([wire.GenerationOutput("Once", wire.FinishReason.LENGTH, prompt_tokens=3, completion_tokens=16)])
-    body = (await http.post("/v1/completions", json=_completion())).json()
+    body = (await http.post("/v1/completions", json=completion_body())).json()
     assert body["object"] == "text_completion"
     assert body["choices"] == [{"index": 0, "text": "Once", "finish_reason": "length", "logprobs": None}]
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 16, "total_tokens": 19}
@@ -254,7 +170,7 @@ async def test_completion_response_with_length_finish(http: httpx.AsyncClient, c
 
 
 async def test_chat_stream_framing(http: httpx.AsyncClient) -> None:
-    events = _events(await http.post("/v1/chat/completions", json=_chat(stream=True)))
+    events = sse_events(await http.post("/v1/chat/completions", json=chat_body(stream=True)))
     assert [event["object"] for event in events] == ["chat.completion.chunk"] * len(events)
     assert len({event["id"] for event in events}) == 1
     assert {event["model"] for event in events} == {MODEL}
@@ -269,8 +185,8 @@ async def test_chat_stream_framing(http: httpx.AsyncClient) -> None:
 
 
 async def test_chat_stream_usage_chunk_with_include_usage(http: httpx.AsyncClient) -> None:
-    events = _events(
-        await http.post("/v1/chat/completions", json=_chat(stream=True, stream_options={"include_usage": True}))
+    events = sse_events(
+        await http.post("/v1/chat/completions", json=chat_body(stream=True, stream_options={"include_usage": True}))
     )
     assert events[-2]["choices"][0]["finish_reason"] == "stop"
     assert events[-1]["choices"] == []
@@ -279,14 +195,14 @@ async def test_chat_stream_usage_chunk_with_include_usage(http: httpx.AsyncClien
 
 
 async def test_chat_stream_include_usage_false_sends_no_usage_chunk(http: httpx.AsyncClient) -> None:
-    events = _events(
-        await http.post("/v1/chat/completions", json=_chat(stream=True, stream_options={"include_usage": False}))
+    events = sse_events(
+        await http.post("/v1/chat/completions", json=chat_body(stream=True, stream_options={"include_usage": False}))
     )
     assert all(event["choices"] for event in events)
 
 
 async def test_completion_stream_framing(http: httpx.AsyncClient) -> None:
-    events = _events(await http.post("/v1/completions", json=_completion(stream=True)))
+    events = sse_events(await http.post("/v1/completions", json=completion_body(stream=True)))
     assert {event["object"] for event in events} == {"text_completion"}
     assert len({event["id"] for event in events}) == 1
     assert "".join(event["choices"][0]["text"] for event in events) == "Hello world"
@@ -295,8 +211,8 @@ async def test_completion_stream_framing(http: httpx.AsyncClient) -> None:
 
 
 async def test_completion_stream_usage_chunk_with_include_usage(http: httpx.AsyncClient) -> None:
-    body = _completion(stream=True, stream_options={"include_usage": True})
-    events = _events(await http.post("/v1/completions", json=body))
+    body = completion_body(stream=True, stream_options={"include_usage": True})
+    events = sse_events(await http.post("/v1/completions", json=body))
     assert events[-1]["choices"] == []
     assert events[-1]["usage"] == {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
 
@@ -305,7 +221,7 @@ async def test_stream_of_a_generation_that_finishes_without_text(
     http: httpx.AsyncClient, client: ScriptedClient
 ) -> None:
     client.script([wire.GenerationOutput("", wire.FinishReason.STOP, prompt_tokens=4, completion_tokens=0)])
-    events = _events(await http.post("/v1/chat/completions", json=_chat(stream=True)))
+    events = sse_events(await http.post("/v1/chat/completions", json=chat_body(stream=True)))
     assert [event["choices"][0]["delta"] for event in events] == [
         {"role": "assistant", "content": ""},
         {"role": None, "content": None},
@@ -322,11 +238,11 @@ def test_streamed_and_whole_responses_carry_the_same_text(deltas: list[str], rea
     async def run() -> None:
         client = ScriptedClient()
         client.script(outputs)
-        async with _http(_app(client)) as http:
-            whole = (await http.post("/v1/chat/completions", json=_chat())).json()
-            events = _events(await http.post("/v1/chat/completions", json=_chat(stream=True)))
-            text = (await http.post("/v1/completions", json=_completion())).json()
-            text_events = _events(await http.post("/v1/completions", json=_completion(stream=True)))
+        async with http_client(scripted_app(client)) as http:
+            whole = (await http.post("/v1/chat/completions", json=chat_body())).json()
+            events = sse_events(await http.post("/v1/chat/completions", json=chat_body(stream=True)))
+            text = (await http.post("/v1/completions", json=completion_body())).json()
+            text_events = sse_events(await http.post("/v1/completions", json=completion_body(stream=True)))
         assert whole["choices"][0]["message"]["content"] == "".join(deltas)
         assert whole["choices"][0]["finish_reason"] == reason.value
         assert "".join(event["choices"][0]["delta"]["content"] or "" for event in events) == "".join(deltas)
@@ -360,15 +276,15 @@ async def test_error_before_any_output_gets_an_http_status(
     stream: bool,
 ) -> None:
     client.script(HELLO_WORLD, error=error, error_after=0)
-    body = _chat(stream=stream) if "chat" in path else _completion(stream=stream)
-    _assert_error(await http.post(path, json=body), status, error_type, message=error.message, param=error.param)
+    body = chat_body(stream=stream) if "chat" in path else completion_body(stream=stream)
+    assert_error(await http.post(path, json=body), status, error_type, message=error.message, param=error.param)
 
 
 async def test_error_after_output_in_a_whole_response_gets_an_http_status(
     http: httpx.AsyncClient, client: ScriptedClient
 ) -> None:
     client.script(HELLO_WORLD, error=ServiceUnavailableError("Triton went away"), error_after=1)
-    _assert_error(await http.post("/v1/chat/completions", json=_chat()), 503, "service_unavailable")
+    assert_error(await http.post("/v1/chat/completions", json=chat_body()), 503, "service_unavailable")
 
 
 @pytest.mark.parametrize(("error", "status", "error_type"), BACKEND_ERRORS)
@@ -376,7 +292,7 @@ async def test_chat_error_after_output_is_an_sse_error_event_then_done(
     http: httpx.AsyncClient, client: ScriptedClient, error: ProxyError, status: int, error_type: str
 ) -> None:
     client.script(HELLO_WORLD, error=error, error_after=1)
-    events = _events(await http.post("/v1/chat/completions", json=_chat(stream=True)))
+    events = sse_events(await http.post("/v1/chat/completions", json=chat_body(stream=True)))
     assert [event["choices"][0]["delta"] for event in events[:-1]] == [
         {"role": "assistant", "content": ""},
         {"role": None, "content": "Hello"},
@@ -390,7 +306,7 @@ async def test_completion_error_after_output_is_an_sse_error_event_then_done(
     http: httpx.AsyncClient, client: ScriptedClient
 ) -> None:
     client.script(HELLO_WORLD, error=ServiceUnavailableError("Triton went away"), error_after=2)
-    events = _events(await http.post("/v1/completions", json=_completion(stream=True)))
+    events = sse_events(await http.post("/v1/completions", json=completion_body(stream=True)))
     assert [event["choices"][0]["text"] for event in events[:-1]] == ["Hello", " world"]
     assert events[-1]["error"]["type"] == "service_unavailable"
     assert events[-1]["error"]["message"] == "Triton went away"
@@ -398,9 +314,9 @@ async def test_completion_error_after_output_is_an_sse_error_event_then_done(
 
 async def test_unexpected_exception_is_a_500_without_internals(client: ScriptedClient) -> None:
     client.script(HELLO_WORLD, error=RuntimeError("secret internal detail"), error_after=0)
-    async with _http(_app(client), raise_app_exceptions=False) as http:
-        response = await http.post("/v1/chat/completions", json=_chat())
-    error = _assert_error(response, 500, "internal_error")
+    async with http_client(scripted_app(client), raise_app_exceptions=False) as http:
+        response = await http.post("/v1/chat/completions", json=chat_body())
+    error = assert_error(response, 500, "internal_error")
     assert "secret" not in error["message"]
 
 
@@ -408,7 +324,7 @@ async def test_unexpected_exception_mid_stream_is_an_internal_error_event(
     http: httpx.AsyncClient, client: ScriptedClient
 ) -> None:
     client.script(HELLO_WORLD, error=RuntimeError("secret internal detail"), error_after=1)
-    events = _events(await http.post("/v1/chat/completions", json=_chat(stream=True)))
+    events = sse_events(await http.post("/v1/chat/completions", json=chat_body(stream=True)))
     assert events[-1]["error"]["type"] == "internal_error"
     assert "secret" not in events[-1]["error"]["message"]
 
@@ -418,11 +334,11 @@ async def test_generation_without_finish_reason_is_an_internal_error(
     http: httpx.AsyncClient, client: ScriptedClient, stream: bool
 ) -> None:
     client.script([wire.GenerationOutput("partial")])
-    response = await http.post("/v1/completions", json=_completion(stream=stream))
+    response = await http.post("/v1/completions", json=completion_body(stream=stream))
     if stream:
-        assert _events(response)[-1]["error"]["type"] == "internal_error"
+        assert sse_events(response)[-1]["error"]["type"] == "internal_error"
     else:
-        _assert_error(response, 500, "internal_error")
+        assert_error(response, 500, "internal_error")
 
 
 # Refused requests ---------------------------------------------------------------------------
@@ -431,7 +347,7 @@ async def test_generation_without_finish_reason_is_an_internal_error(
 @pytest.mark.parametrize("content", [b"{not json", b'{"model": "test-model",', b"\xff\xfe", b""])
 async def test_invalid_json_is_a_400(http: httpx.AsyncClient, client: ScriptedClient, content: bytes) -> None:
     response = await http.post("/v1/chat/completions", content=content, headers={"content-type": "application/json"})
-    error = _assert_error(response, 400, "invalid_request_error")
+    error = assert_error(response, 400, "invalid_request_error")
     assert "JSON" in error["message"]
     assert client.requests == []
 
@@ -439,7 +355,7 @@ async def test_invalid_json_is_a_400(http: httpx.AsyncClient, client: ScriptedCl
 @pytest.mark.parametrize("body", [[], ["model"], "chat", 42, None])
 async def test_body_that_is_not_an_object_is_a_400(http: httpx.AsyncClient, body: Any) -> None:
     response = await http.post("/v1/completions", content=json.dumps(body).encode())
-    error = _assert_error(response, 400, "invalid_request_error")
+    error = assert_error(response, 400, "invalid_request_error")
     assert "JSON object" in error["message"]
 
 
@@ -448,41 +364,41 @@ async def test_body_that_is_not_an_object_is_a_400(http: httpx.AsyncClient, body
     [
         ("/v1/chat/completions", {"messages": USER}, "model"),
         ("/v1/chat/completions", {"model": MODEL}, "messages"),
-        ("/v1/chat/completions", _chat(messages=[]), "messages"),
-        ("/v1/chat/completions", _chat(messages=[{"role": "robot", "content": "x"}]), "messages.0.role"),
-        ("/v1/chat/completions", _chat(temperature=2.5), "temperature"),
-        ("/v1/chat/completions", _chat(top_p=0), "top_p"),
-        ("/v1/chat/completions", _chat(top_k=-2), "top_k"),
-        ("/v1/chat/completions", _chat(max_tokens=0), "max_tokens"),
-        ("/v1/chat/completions", _chat(max_completion_tokens=0), "max_completion_tokens"),
-        ("/v1/chat/completions", _chat(seed=2**64), "seed"),
-        ("/v1/chat/completions", _chat(seed=-1), "seed"),
-        ("/v1/chat/completions", _chat(presence_penalty=3), "presence_penalty"),
-        ("/v1/chat/completions", _chat(stop=[str(i) for i in range(17)]), "stop"),
-        ("/v1/chat/completions", _chat(stream="yes please"), "stream"),
+        ("/v1/chat/completions", chat_body(messages=[]), "messages"),
+        ("/v1/chat/completions", chat_body(messages=[{"role": "robot", "content": "x"}]), "messages.0.role"),
+        ("/v1/chat/completions", chat_body(temperature=2.5), "temperature"),
+        ("/v1/chat/completions", chat_body(top_p=0), "top_p"),
+        ("/v1/chat/completions", chat_body(top_k=-2), "top_k"),
+        ("/v1/chat/completions", chat_body(max_tokens=0), "max_tokens"),
+        ("/v1/chat/completions", chat_body(max_completion_tokens=0), "max_completion_tokens"),
+        ("/v1/chat/completions", chat_body(seed=2**64), "seed"),
+        ("/v1/chat/completions", chat_body(seed=-1), "seed"),
+        ("/v1/chat/completions", chat_body(presence_penalty=3), "presence_penalty"),
+        ("/v1/chat/completions", chat_body(stop=[str(i) for i in range(17)]), "stop"),
+        ("/v1/chat/completions", chat_body(stream="yes please"), "stream"),
         ("/v1/completions", {"model": MODEL}, "prompt"),
-        ("/v1/completions", _completion(prompt=["one", "two"]), "prompt"),
-        ("/v1/completions", _completion(frequency_penalty=-2.5), "frequency_penalty"),
-        ("/v1/chat/completions", _chat(max_tokens=4_294_967_301), "max_tokens"),
-        ("/v1/chat/completions", _chat(top_k=2**32 + 1), "top_k"),
-        ("/v1/completions", _completion(max_tokens=2**64), "max_tokens"),
-        ("/v1/chat/completions", _chat(stop=5), "stop"),
-        ("/v1/chat/completions", _chat(tools=[_tool(f"f{i}") for i in range(129)]), "tools"),
-        ("/v1/chat/completions", _chat(messages=[{"role": "user", "content": 5}]), "messages.0.content"),
+        ("/v1/completions", completion_body(prompt=["one", "two"]), "prompt"),
+        ("/v1/completions", completion_body(frequency_penalty=-2.5), "frequency_penalty"),
+        ("/v1/chat/completions", chat_body(max_tokens=4_294_967_301), "max_tokens"),
+        ("/v1/chat/completions", chat_body(top_k=2**32 + 1), "top_k"),
+        ("/v1/completions", completion_body(max_tokens=2**64), "max_tokens"),
+        ("/v1/chat/completions", chat_body(stop=5), "stop"),
+        ("/v1/chat/completions", chat_body(tools=[tool(f"f{i}") for i in range(129)]), "tools"),
+        ("/v1/chat/completions", chat_body(messages=[{"role": "user", "content": 5}]), "messages.0.content"),
     ],
 )
 async def test_validation_error_is_a_400_naming_the_field(
     http: httpx.AsyncClient, client: ScriptedClient, path: str, body: dict[str, Any], param: str
 ) -> None:
-    _assert_error(await http.post(path, json=body), 400, "invalid_request_error", param=param)
+    assert_error(await http.post(path, json=body), 400, "invalid_request_error", param=param)
     assert client.requests == []
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 @pytest.mark.parametrize("stream", [False, True])
 async def test_unknown_model_is_a_404(http: httpx.AsyncClient, client: ScriptedClient, path: str, stream: bool) -> None:
-    body = {**(_chat() if "chat" in path else _completion()), "model": "gpt-4o", "stream": stream}
-    error = _assert_error(
+    body = {**(chat_body() if "chat" in path else completion_body()), "model": "gpt-4o", "stream": stream}
+    error = assert_error(
         await http.post(path, json=body), 404, "invalid_request_error", code="model_not_found", param="model"
     )
     assert "gpt-4o" in error["message"]
@@ -495,7 +411,7 @@ async def test_models_endpoints(http: httpx.AsyncClient) -> None:
     assert [card["id"] for card in listing["data"]] == [MODEL]
     card = (await http.get(f"/v1/models/{MODEL}")).json()
     assert (card["id"], card["object"]) == (MODEL, "model")
-    _assert_error(await http.get("/v1/models/gpt-4o"), 404, "invalid_request_error", code="model_not_found")
+    assert_error(await http.get("/v1/models/gpt-4o"), 404, "invalid_request_error", code="model_not_found")
 
 
 async def test_health_and_ready(http: httpx.AsyncClient, client: ScriptedClient) -> None:
@@ -508,7 +424,7 @@ async def test_health_and_ready(http: httpx.AsyncClient, client: ScriptedClient)
 
 @pytest.mark.parametrize(("method", "path"), [("GET", "/v1/nope"), ("POST", "/v1/engines/x/completions"), ("GET", "/")])
 async def test_unknown_route_is_an_openai_style_404(http: httpx.AsyncClient, method: str, path: str) -> None:
-    error = _assert_error(await http.request(method, path), 404, "invalid_request_error")
+    error = assert_error(await http.request(method, path), 404, "invalid_request_error")
     assert path in error["message"]
 
 
@@ -517,17 +433,17 @@ async def test_unknown_route_is_an_openai_style_404(http: httpx.AsyncClient, met
     [("GET", "/v1/chat/completions"), ("PUT", "/v1/completions"), ("POST", "/v1/models"), ("DELETE", "/health")],
 )
 async def test_wrong_method_is_a_405(http: httpx.AsyncClient, method: str, path: str) -> None:
-    error = _assert_error(await http.request(method, path), 405, "invalid_request_error")
+    error = assert_error(await http.request(method, path), 405, "invalid_request_error")
     assert method in error["message"]
 
 
 async def test_body_over_the_limit_is_a_413(client: ScriptedClient) -> None:
-    async with _http(_app(client, max_body_bytes=300)) as http:
-        small = _chat()
+    async with http_client(scripted_app(client, max_body_bytes=300)) as http:
+        small = chat_body()
         assert len(json.dumps(small)) < 300
         assert (await http.post("/v1/chat/completions", json=small)).status_code == 200
-        large = _chat(messages=[{"role": "user", "content": "x" * 400}])
-        _assert_error(await http.post("/v1/chat/completions", json=large), 413, "invalid_request_error")
+        large = chat_body(messages=[{"role": "user", "content": "x" * 400}])
+        assert_error(await http.post("/v1/chat/completions", json=large), 413, "invalid_request_error")
 
         # Without a Content-Length (chunked upload) the limit holds too.
         async def chunks() -> AsyncIterator[bytes]:
@@ -537,7 +453,7 @@ async def test_body_over_the_limit_is_a_413(client: ScriptedClient) -> None:
 
         response = await http.post("/v1/chat/completions", content=chunks())
         assert "content-length" not in response.request.headers
-        _assert_error(response, 413, "invalid_request_error")
+        assert_error(response, 413, "invalid_request_error")
         assert len(client.requests) == 1
 
 
@@ -552,8 +468,8 @@ UNSUPPORTED = [
 async def test_unsupported_parameter_is_refused_not_ignored(
     *, http: httpx.AsyncClient, client: ScriptedClient, path: str, fields: dict[str, Any], param: str, stream: bool
 ) -> None:
-    body = {**(_chat() if "chat" in path else _completion()), **fields, "stream": stream}
-    error = _assert_error(
+    body = {**(chat_body() if "chat" in path else completion_body()), **fields, "stream": stream}
+    error = assert_error(
         await http.post(path, json=body), 400, "invalid_request_error", code="unsupported_parameter", param=param
     )
     assert "not supported" in error["message"]
@@ -570,35 +486,35 @@ async def test_unsupported_parameter_is_refused_not_ignored(
 async def test_unsupported_parameters_at_their_neutral_values_are_accepted(
     http: httpx.AsyncClient, client: ScriptedClient, path: str, fields: dict[str, Any]
 ) -> None:
-    body = {**(_chat() if "chat" in path else _completion()), **fields}
+    body = {**(chat_body() if "chat" in path else completion_body()), **fields}
     assert (await http.post(path, json=body)).status_code == 200
     assert len(client.requests) == 1
 
 
 async def test_requests_still_succeed_after_every_kind_of_error(client: ScriptedClient) -> None:
-    async with _http(_app(client, max_body_bytes=1000), raise_app_exceptions=False) as http:
+    async with http_client(scripted_app(client, max_body_bytes=1000), raise_app_exceptions=False) as http:
         statuses = []
         statuses.append((await http.post("/v1/chat/completions", content=b"{oops")).status_code)
         statuses.append((await http.post("/v1/chat/completions", json=[1])).status_code)
-        statuses.append((await http.post("/v1/chat/completions", json=_chat(temperature=9))).status_code)
-        statuses.append((await http.post("/v1/chat/completions", json=_chat(model="nope"))).status_code)
+        statuses.append((await http.post("/v1/chat/completions", json=chat_body(temperature=9))).status_code)
+        statuses.append((await http.post("/v1/chat/completions", json=chat_body(model="nope"))).status_code)
         statuses.append((await http.get("/v1/nowhere")).status_code)
         statuses.append((await http.get("/v1/completions")).status_code)
-        statuses.append((await http.post("/v1/completions", json=_completion(prompt="x" * 2000))).status_code)
-        statuses.append((await http.post("/v1/completions", json=_completion(best_of=2))).status_code)
+        statuses.append((await http.post("/v1/completions", json=completion_body(prompt="x" * 2000))).status_code)
+        statuses.append((await http.post("/v1/completions", json=completion_body(best_of=2))).status_code)
         client.script(HELLO_WORLD, error=ServiceUnavailableError("down"), error_after=0)
-        statuses.append((await http.post("/v1/chat/completions", json=_chat())).status_code)
+        statuses.append((await http.post("/v1/chat/completions", json=chat_body())).status_code)
         client.script(HELLO_WORLD, error=RuntimeError("boom"), error_after=0)
-        statuses.append((await http.post("/v1/chat/completions", json=_chat())).status_code)
+        statuses.append((await http.post("/v1/chat/completions", json=chat_body())).status_code)
         client.script(HELLO_WORLD, error=InvalidRequestError("bad"), error_after=1)
-        _events(await http.post("/v1/chat/completions", json=_chat(stream=True)))
+        sse_events(await http.post("/v1/chat/completions", json=chat_body(stream=True)))
         assert statuses == [400, 400, 400, 404, 404, 405, 413, 400, 503, 500]
 
         client.script(HELLO_WORLD)
-        ok = await http.post("/v1/chat/completions", json=_chat())
+        ok = await http.post("/v1/chat/completions", json=chat_body())
         assert ok.status_code == 200
         assert ok.json()["choices"][0]["message"]["content"] == "Hello world"
-        events = _events(await http.post("/v1/completions", json=_completion(stream=True)))
+        events = sse_events(await http.post("/v1/completions", json=completion_body(stream=True)))
         assert "".join(event["choices"][0]["text"] for event in events) == "Hello world"
 
 
@@ -684,7 +600,7 @@ async def test_sdk_sees_unavailable_backend_as_503(sdk: openai.AsyncOpenAI, clie
 
 async def test_a_503_says_when_to_retry(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     client.script(HELLO_WORLD, error=ServiceUnavailableError("the request queue is full"), error_after=0)
-    response = await http.post("/v1/chat/completions", json=_chat())
+    response = await http.post("/v1/chat/completions", json=chat_body())
     assert response.status_code == 503
     assert response.headers["retry-after"] == "1"
     assert "queue is full" in response.json()["error"]["message"]

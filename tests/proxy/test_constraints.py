@@ -1,6 +1,6 @@
 """Constraints and tools through the app, in-process: OpenAI fields -> guide type and guide, outputs -> tool_calls.
 
-A scripted client stands in for Triton (see tests/test_proxy_app.py), so these tests show what
+A scripted client stands in for Triton (tests/proxy/scripted.py), so these tests show what
 the proxy sends and how it frames what comes back.
 """
 
@@ -20,15 +20,15 @@ from llgtriton import wire
 from llgtriton.guides import grammar_for
 from llgtriton.wire import GuideType
 from proxy.tools import TOOL_CALL_MARKER
-from tests.test_guides import accepts
-from tests.test_proxy_app import (
+from tests.llgtriton.matching import accepts
+from tests.proxy.scripted import (
     MODEL,
     USER,
     ScriptedClient,
-    _assert_error,
-    _chat,
-    _completion,
-    _events,
+    assert_error,
+    chat_body,
+    completion_body,
+    sse_events,
 )
 
 CHAT = "/v1/chat/completions"
@@ -62,7 +62,7 @@ TWO_CALLS = (
 
 
 def _body(path: str, **fields: Any) -> dict[str, Any]:
-    return _chat(**fields) if path == CHAT else _completion(**fields)
+    return chat_body(**fields) if path == CHAT else completion_body(**fields)
 
 
 def _outputs(*texts: str, reason: wire.FinishReason = wire.FinishReason.STOP) -> list[wire.GenerationOutput]:
@@ -177,7 +177,7 @@ async def test_json_schema_without_a_schema_is_a_400(
     http: httpx.AsyncClient, client: ScriptedClient, path: str, response_format: dict[str, Any]
 ) -> None:
     response = await http.post(path, json=_body(path, response_format=response_format))
-    _assert_error(response, 400, "invalid_request_error", param="response_format")
+    assert_error(response, 400, "invalid_request_error", param="response_format")
     assert client.requests == []
 
 
@@ -228,7 +228,7 @@ async def test_structured_outputs_and_guided_fields(
 async def test_two_constraints_at_once_is_a_400(
     http: httpx.AsyncClient, client: ScriptedClient, path: str, fields: dict[str, Any]
 ) -> None:
-    error = _assert_error(await http.post(path, json=_body(path, **fields)), 400, "invalid_request_error")
+    error = assert_error(await http.post(path, json=_body(path, **fields)), 400, "invalid_request_error")
     assert error["param"]
     assert client.requests == []
 
@@ -237,8 +237,8 @@ async def test_two_constraints_at_once_is_a_400(
 async def test_tools_and_a_non_json_constraint_at_once_is_a_400(
     http: httpx.AsyncClient, client: ScriptedClient, tool_choice: Any
 ) -> None:
-    body = _chat(tools=TOOLS, tool_choice=tool_choice, guided_regex="[a-z]+")
-    error = _assert_error(await http.post(CHAT, json=body), 400, "invalid_request_error", param="tools")
+    body = chat_body(tools=TOOLS, tool_choice=tool_choice, guided_regex="[a-z]+")
+    error = assert_error(await http.post(CHAT, json=body), 400, "invalid_request_error", param="tools")
     assert "one constraint per request" in error["message"]
     assert client.requests == []
 
@@ -315,7 +315,7 @@ async def test_invalid_constraint_is_a_400_with_llguidance_message(
     problem: str,
 ) -> None:
     response = await http.post(path, json=_body(path, stream=stream, **fields))
-    error = _assert_error(response, 400, "invalid_request_error", code="invalid_constraint")
+    error = assert_error(response, 400, "invalid_request_error", code="invalid_constraint")
     assert problem in error["message"]
     assert error["param"]
     assert error["message"].startswith(f"invalid {error['param']}: ")
@@ -440,7 +440,7 @@ async def test_tool_messages_without_tools(http: httpx.AsyncClient, client: Scri
 async def test_bad_tools_are_a_400(
     http: httpx.AsyncClient, client: ScriptedClient, fields: dict[str, Any], param: str
 ) -> None:
-    _assert_error(await http.post(CHAT, json=_chat(**fields)), 400, "invalid_request_error", param=param)
+    assert_error(await http.post(CHAT, json=chat_body(**fields)), 400, "invalid_request_error", param=param)
     assert client.requests == []
 
 
@@ -450,8 +450,8 @@ async def test_unsupported_parameter_schema_is_an_invalid_constraint(
     http: httpx.AsyncClient, client: ScriptedClient, tool_choice: Any, stream: bool
 ) -> None:
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "foo"}}}
-    body = _chat(tools=[tool], tool_choice=tool_choice, stream=stream)
-    error = _assert_error(
+    body = chat_body(tools=[tool], tool_choice=tool_choice, stream=stream)
+    error = assert_error(
         await http.post(CHAT, json=body), 400, "invalid_request_error", code="invalid_constraint", param="tools"
     )
     assert "Invalid type: foo" in error["message"]
@@ -480,7 +480,7 @@ def _names_and_arguments(calls: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 async def test_named_tool_call_response(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     client.script(_outputs('{"city": ', '"Paris"}'))
-    body = (await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice=NAMED))).json()
+    body = (await http.post(CHAT, json=chat_body(tools=TOOLS, tool_choice=NAMED))).json()
     assert body["choices"][0]["message"]["content"] is None
     assert _names_and_arguments(_tool_calls(body)) == [("get_weather", PARIS_ARGUMENTS)]
     assert body["choices"][0]["finish_reason"] == "tool_calls"
@@ -493,7 +493,7 @@ async def test_call_list_response(
 ) -> None:
     text = prefix + TWO_CALLS
     client.script(_outputs(text[:10], text[10:50], text[50:]))
-    body = (await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice=tool_choice))).json()
+    body = (await http.post(CHAT, json=chat_body(tools=TOOLS, tool_choice=tool_choice))).json()
     assert body["choices"][0]["message"]["content"] is None
     assert _names_and_arguments(_tool_calls(body)) == [
         ("get_weather", PARIS_ARGUMENTS),
@@ -504,7 +504,7 @@ async def test_call_list_response(
 
 async def test_named_call_cut_short_keeps_length(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     client.script(_outputs('{"city": ', '"Pa', reason=wire.FinishReason.LENGTH))
-    body = (await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice=NAMED, max_tokens=2))).json()
+    body = (await http.post(CHAT, json=chat_body(tools=TOOLS, tool_choice=NAMED, max_tokens=2))).json()
     assert _names_and_arguments(_tool_calls(body)) == [("get_weather", '{"city": "Pa')]
     assert body["choices"][0]["finish_reason"] == "length"
 
@@ -515,13 +515,13 @@ async def test_call_list_cut_short_keeps_length_its_calls_and_the_partial_one(
     text = TWO_CALLS[:-11]  # inside the second call's arguments
     expected = [("get_weather", PARIS_ARGUMENTS), ("get_time", '{"tz')]
     client.script(_outputs(text, reason=wire.FinishReason.LENGTH))
-    body = (await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice="required"))).json()
+    body = (await http.post(CHAT, json=chat_body(tools=TOOLS, tool_choice="required"))).json()
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["choices"][0]["message"]["content"] is None
     assert _names_and_arguments(_tool_calls(body)) == expected
     client.script(_outputs(text[:30], text[30:], reason=wire.FinishReason.LENGTH))
-    streamed = await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice="required", stream=True))
-    content, calls, reasons = _reassemble(_events(streamed))
+    streamed = await http.post(CHAT, json=chat_body(tools=TOOLS, tool_choice="required", stream=True))
+    content, calls, reasons = _reassemble(sse_events(streamed))
     assert content == ""
     assert _names_and_arguments(calls) == expected
     assert reasons[-1] == "length"
@@ -533,18 +533,18 @@ async def test_auto_cut_short_before_any_call_is_neither_content_nor_a_call(
 ) -> None:
     text = (TOOL_CALL_MARKER + TWO_CALLS)[:cut]
     client.script(_outputs(text, reason=wire.FinishReason.LENGTH))
-    body = (await http.post(CHAT, json=_chat(tools=TOOLS))).json()
+    body = (await http.post(CHAT, json=chat_body(tools=TOOLS))).json()
     assert body["choices"][0]["message"] == {"role": "assistant", "content": None}
     assert body["choices"][0]["finish_reason"] == "length"
     client.script(_outputs(text[:5], text[5:], reason=wire.FinishReason.LENGTH))
-    content, calls, reasons = _reassemble(_events(await http.post(CHAT, json=_chat(tools=TOOLS, stream=True))))
+    content, calls, reasons = _reassemble(sse_events(await http.post(CHAT, json=chat_body(tools=TOOLS, stream=True))))
     assert (content, calls, reasons[-1]) == ("", [], "length")
 
 
 @pytest.mark.parametrize("text", ["It is sunny in Paris.", "<b>bold</b>", "a" + TOOL_CALL_MARKER + TWO_CALLS])
 async def test_auto_with_plain_text_is_content(http: httpx.AsyncClient, client: ScriptedClient, text: str) -> None:
     client.script(_outputs(text[:3], text[3:]))
-    body = (await http.post(CHAT, json=_chat(tools=TOOLS))).json()
+    body = (await http.post(CHAT, json=chat_body(tools=TOOLS))).json()
     assert body["choices"][0]["message"] == {"role": "assistant", "content": text}
     assert body["choices"][0]["finish_reason"] == "stop"
 
@@ -595,9 +595,9 @@ async def test_streamed_tool_calls_reassemble_to_the_whole_response(
     http: httpx.AsyncClient, client: ScriptedClient, tool_choice: Any, text: str, size: int
 ) -> None:
     client.script(_outputs(*[text[start : start + size] for start in range(0, len(text), size)]))
-    body = _chat(tools=TOOLS, tool_choice=tool_choice)
+    body = chat_body(tools=TOOLS, tool_choice=tool_choice)
     whole = (await http.post(CHAT, json=body)).json()
-    events = _events(await http.post(CHAT, json={**body, "stream": True}))
+    events = sse_events(await http.post(CHAT, json={**body, "stream": True}))
     content, calls, reasons = _reassemble(events)
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert content == ""
@@ -609,7 +609,7 @@ async def test_streamed_tool_calls_reassemble_to_the_whole_response(
 
 async def test_streamed_named_call_cut_short_keeps_length(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     client.script(_outputs('{"ci', 'ty": "Pa', reason=wire.FinishReason.LENGTH))
-    events = _events(await http.post(CHAT, json=_chat(tools=TOOLS, tool_choice=NAMED, stream=True)))
+    events = sse_events(await http.post(CHAT, json=chat_body(tools=TOOLS, tool_choice=NAMED, stream=True)))
     _, calls, reasons = _reassemble(events)
     assert _names_and_arguments(calls) == [("get_weather", '{"city": "Pa')]
     assert reasons[-1] == "length"
@@ -618,7 +618,7 @@ async def test_streamed_named_call_cut_short_keeps_length(http: httpx.AsyncClien
 @pytest.mark.parametrize("text", ["It is sunny.", "<toolbox> time", "<b>hi</b>"])
 async def test_streamed_auto_plain_text(http: httpx.AsyncClient, client: ScriptedClient, text: str) -> None:
     client.script(_outputs(*text))
-    events = _events(await http.post(CHAT, json=_chat(tools=TOOLS, stream=True)))
+    events = sse_events(await http.post(CHAT, json=chat_body(tools=TOOLS, stream=True)))
     content, calls, reasons = _reassemble(events)
     assert content == text
     assert calls == []
@@ -628,8 +628,8 @@ async def test_streamed_auto_plain_text(http: httpx.AsyncClient, client: Scripte
 
 async def test_streamed_tool_calls_with_usage(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     client.script(_outputs(TWO_CALLS[:30], TWO_CALLS[30:]))
-    body = _chat(tools=TOOLS, tool_choice="required", stream=True, stream_options={"include_usage": True})
-    events = _events(await http.post(CHAT, json=body))
+    body = chat_body(tools=TOOLS, tool_choice="required", stream=True, stream_options={"include_usage": True})
+    events = sse_events(await http.post(CHAT, json=body))
     assert events[-1]["choices"] == []
     assert events[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
     _, calls, reasons = _reassemble(events[:-1])
@@ -810,12 +810,12 @@ async def test_legacy_named_function_call(http: httpx.AsyncClient, client: Scrip
     """OpenAI's deprecated ``functions``: a named call is constrained and answered as ``function_call``."""
     client.script(_outputs('{"city": ', '"Paris"}'))
     fields = {"functions": LEGACY_FUNCTIONS, "function_call": {"name": "get_weather"}, "stream": stream}
-    response = await http.post(CHAT, json=_chat(**fields))
+    response = await http.post(CHAT, json=chat_body(**fields))
     (request,) = client.requests
     assert request.guide_type is GuideType.JSON_SCHEMA
     assert request.guide is not None and json.loads(request.guide)["properties"] == WEATHER_PARAMETERS["properties"]
     if stream:
-        events = _events(response)
+        events = sse_events(response)
         calls = [event["choices"][0]["delta"].get("function_call") for event in events]
         assert calls[1] == {"name": "get_weather", "arguments": '{"city": '}
         assert "".join(call["arguments"] for call in calls if call) == PARIS_ARGUMENTS
@@ -836,7 +836,7 @@ async def test_legacy_functions_auto_make_one_call_or_answer(
     http: httpx.AsyncClient, client: ScriptedClient, function_call: str | None
 ) -> None:
     client.script(_outputs(TOOL_CALL_MARKER + TWO_CALLS[: TWO_CALLS.index("}}") + 2] + "]"))
-    body = _chat(functions=LEGACY_FUNCTIONS, function_call=function_call)
+    body = chat_body(functions=LEGACY_FUNCTIONS, function_call=function_call)
     choice = (await http.post(CHAT, json=body)).json()["choices"][0]
     assert choice["message"]["function_call"] == {"name": "get_weather", "arguments": PARIS_ARGUMENTS}
     assert choice["finish_reason"] == "function_call"
@@ -874,7 +874,7 @@ async def test_legacy_function_none_and_function_results(http: httpx.AsyncClient
 async def test_legacy_function_calling_errors(
     http: httpx.AsyncClient, client: ScriptedClient, fields: dict[str, Any], param: str
 ) -> None:
-    _assert_error(await http.post(CHAT, json=_chat(**fields)), 400, "invalid_request_error", param=param)
+    assert_error(await http.post(CHAT, json=chat_body(**fields)), 400, "invalid_request_error", param=param)
     assert client.requests == []
 
 

@@ -30,8 +30,9 @@ from llgtriton.settings import (
     served_model_name_for,
     to_toml,
 )
+from tests.harness import ROOT
 
-CONFIG_PBTXT = Path(__file__).resolve().parent.parent / "model_repository" / "llm" / "config.pbtxt"
+CONFIG_PBTXT = ROOT / "model_repository" / "llm" / "config.pbtxt"
 
 
 def _load(argv: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> Settings:

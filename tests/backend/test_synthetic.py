@@ -8,7 +8,7 @@ from backend.errors import InvalidRequest
 from backend.synthetic import WORD, SyntheticService
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import FinishReason, GenerationRequest
-from tests.test_scheduler import RecordingSink
+from tests.backend.recording import RecordingSink
 
 
 @pytest.fixture
