@@ -202,7 +202,7 @@ def host_time_us(launch: Callable[[], None], repeats: int, *, busy_us: float | N
     With ``busy_us``, a sleep kernel that long (longer than the call) is queued before each call
     instead, so the call is made while the GPU is still busy, as the engine makes it: TensorRT-LLM
     calls the logits post-processor right after queuing the step's forward pass, which is still
-    running. (On the H100 the two differed by about 1 µs, busy the slower: docs/benchmarks.md.)
+    running. (On the H100 the two differed by about 1 µs, busy the slower: docs/kernel.md.)
     """
     torch.cuda.synchronize()
     times = []

@@ -108,7 +108,7 @@ def _host_cell(row: dict[str, Any]) -> str:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """The summary against the issue's targets and the full table, as docs/benchmarks.md shows them."""
+    """The summary against the issue's targets and the full table, as docs/kernel.md shows them."""
     rows = report["results"]
     speedups = [r["xgrammar_cuda_us"] / r["ours_us"] for r in rows]
     by_batch: dict[int, list[float]] = {}

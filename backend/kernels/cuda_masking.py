@@ -49,11 +49,8 @@ _MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
 _MAX_SEEN = 4096  # shapes seen once, remembered to capture them when they come again
 _CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
-# Blocks of the chunked kernel for unaligned rows whose masks mostly allow everything (LaunchPlan.SPARSE;
-# aligned rows take scan_rows, below): enough
-# to fill every SM this many times over. Up to _SPARSE_HALF_WAVE_MAX_BYTES of logits, half a wave:
-# each warp takes many chunks, four chunks' mask words in flight at a time. Larger launches take
-# four waves (one launch at batch 4096 x 128k: 37 against 45 us with half a wave).
+# Blocks of the chunked kernel's sparse plan for unaligned rows: half a wave, four waves for the largest
+# launches (docs/kernel.md, "The sparse kernel's grid").
 _SPARSE_WAVES = 0.5
 _SPARSE_WAVES_LARGE = 4
 _SPARSE_HALF_WAVE_MAX_BYTES = 768 << 20
@@ -69,11 +66,8 @@ NAIVE_KERNELS = {torch.float32: "naive_f32", torch.float16: "naive_f16", torch.b
 # Below this many bytes of logits a launch is latency-bound: a vector or a few per thread (mask_flat).
 FLAT_MAX_BYTES = 8 << 20
 _FLAT_KERNELS = {"mask_f32_v4": "flat_f32_v4", "mask_f16_v8": "flat_f16_v8", "mask_bf16_v8": "flat_bf16_v8"}
-# fp32 small launches whose one-vector grid would take more than half a wave of blocks take two
-# vectors per thread instead, half the blocks: 1 token at 5 x 152k 1.86 against 2.17 us, 50% at
-# 24 x 32k 2.08 against 2.39 (xgrammar 2.13 and 2.63). Smaller launches lose with two (1 token at
-# 2 x 152k: 1.45 against 1.37 us), and so do 16-bit rows, whose threads read their logits (3-17%;
-# docs/benchmarks.md).
+# fp32 small launches past half a wave of one-vector blocks take two vectors per thread
+# (docs/kernel.md, "Two vectors per thread for fp32 small launches").
 _FLAT_TWO_PER_THREAD = {"flat_f32_v4": "flat_f32_v4_x2"}
 _FLAT_TWO_FROM_WAVE = 0.5
 # Each small-launch kernel: (elements per 16-byte vector, vectors per thread).
@@ -85,68 +79,34 @@ _FLAT_SHAPES = {
     "flat_f16_v8_scatter": (8, 1),
     "flat_bf16_v8_scatter": (8, 1),
 }
-# One warp per chunk, every chunk at once (mask_by_word), for aligned 16-bit launches above
-# flat_max_bytes up to WORDS_MAX_BYTES: all-allowed 1.76 against 3.5 us at 16 MB, 1-token 8-10%
-# faster, 50% from 4% slower to 9% faster (docs/benchmarks.md). fp32 keeps the chunked kernel, whose
-# scattering into mixed vectors this one lacks (its 50% cells at 33 MB took 18 against 12 us), or
-# takes the small-launch kernel when its masks allow nothing (_MID_REFUSED_KERNELS). It has
-# one layout, whatever the masks: the sparse plan's kernel was faster when they all allow everything
-# (1.56 against 1.79 us at 256 x 32k bf16), but a step whose sample misses its few constrained rows
-# took 9.8 us there against 2.6 (docs/benchmarks.md).
+# Aligned 16-bit launches up to WORDS_MAX_BYTES: one warp per chunk, every chunk at once (mask_by_word;
+# docs/kernel.md, "One warp per chunk, every chunk at once").
 WORDS_MAX_BYTES = 24 << 20
 _WORDS_KERNELS = {"mask_f16_v8": "words_f16", "mask_bf16_v8": "words_bf16"}
-# Small launches whose masks mostly allow everything (LaunchPlan.SPARSE) take mask_by_word too: a
-# warp whose chunk allows everything leaves after one coalesced load, where a small-launch thread
-# loads a 16-byte vector's share of a mask word (16-bit threads: and its logits). All allowed at
-# 8 x 128k bf16: 1.21 against 1.55 us (xgrammar 1.46); fp32 at 64 x 32k: 1.28 against 2.04 us
-# (docs/benchmarks.md). The other small launches keep the small-launch kernels: mask_by_word reads
-# a mixed vector only after its mask word, two latencies in a row (2.28 against 1.66 us at
-# 8 x 128k bf16 with JSON-string masks).
+# Small launches whose masks mostly allow everything take mask_by_word too: a warp leaves after one
+# coalesced load (docs/kernel.md, "Small launches whose masks mostly allow everything").
 _FLAT_SPARSE_KERNELS = {
     "flat_f32_v4": "words_f32",
     "flat_f32_v4_x2": "words_f32",
     "flat_f16_v8": "words_f16",
     "flat_bf16_v8": "words_bf16",
 }
-# 16-bit small launches whose masks mostly allow nothing (LaunchPlan.REFUSED): no thread reads the
-# logits its mask word refuses. A 16-bit small-launch thread otherwise loads its logits together
-# with its mask word (a mixed vector then costs one memory latency, not two), and when nearly every
-# vector is refused those reads are wasted: these threads load only their mask words, store -inf
-# into refused vectors and scatter into mixed spans, as fp32 threads always do (so fp32 small
-# launches have no refused plan). 1 token at 64 x 32k bf16: 2.42 against 2.54 us, xgrammar 2.45; at
-# 32 x 128k: 3.48 against 4.21; but 1.84 against 1.74 at 8 x 152k (docs/benchmarks.md).
+# 16-bit small launches whose masks mostly allow nothing: no thread reads a logit its mask refuses
+# (LaunchPlan.REFUSED; docs/kernel.md, "Small launches whose masks mostly allow nothing").
 _FLAT_REFUSED_KERNELS = {"flat_f16_v8": "flat_f16_v8_scatter", "flat_bf16_v8": "flat_bf16_v8_scatter"}
-# fp32 small launches of two vectors per thread whose one-vector grid would take more than one wave of
-# blocks and at most _FLAT_ONE_REFUSED_WAVES, when nearly every sampled run allows nothing: one vector
-# per thread. Then every thread stores a whole vector of -inf, and the one-vector grid's small blocks
-# spread that over the SMs more evenly than two-vector blocks filling 0.5-0.75 of a wave (4 or 5
-# blocks on an SM). 1 token at 8 x 152k: 2.50 against 2.63 us (xgrammar 2.52); 10 x 128k: 2.53
-# against 2.71 (2.63); 40 x 32k: 2.53 against 2.74 (2.69). Below one wave two vectors win (1 token
-# at 32 x 32k: 2.11 against 2.44), above the band too (12 x 152k, 1.69 waves: 3.01 against 3.23),
-# and so do JSON-string masks in the band, the dense plan (8 x 152k: 2.02 against 2.22;
-# docs/benchmarks.md, "fp32 small launches just over a wave").
+# fp32 two-vector small launches whose one-vector grid takes one to _FLAT_ONE_REFUSED_WAVES waves take one
+# vector per thread when their masks allow nothing (docs/kernel.md, "fp32 small launches just over a wave").
 _FLAT_ONE_REFUSED_KERNELS = {"flat_f32_v4_x2": "flat_f32_v4"}
 _FLAT_ONE_REFUSED_WAVES = 1.5
-# Aligned fp32 launches above flat_max_bytes up to words_max_bytes whose sampled runs allow nothing
-# in at least a quarter of them (LaunchPlan.REFUSED: one token allowed, or rows of a batch that allow
-# nothing beside rows that allow everything) write whole vectors of -inf over much of the logits:
-# they take the small-launch kernel with two vectors per thread, many short threads, instead of the
-# chunked kernel's warps that each store a chunk (1 token at 16 x 152k: 3.66 against 4.20 us,
-# xgrammar 3.88; those mixed rows at 20 x 128k: 3.09 against 3.49, xgrammar 3.22). Masks whose runs
-# all allow something (a JSON string's) keep the chunked kernel, which loads a chunk's mask words at
-# once (32 x 128k: 3.81 against 4.01 us; docs/benchmarks.md). 16-bit small launches take their
-# refused plan only when nearly every run allows nothing (REFUSED_FROM): their dense plan reads a
-# vector with its mask word.
+# Aligned mid-size fp32 launches whose sampled runs allow nothing in MID_REFUSED_FROM of them take the
+# two-vector small-launch kernel (docs/kernel.md, "Mid-size fp32 launches that write most of their logits").
 _MID_REFUSED_KERNELS = {"mask_f32_v4": "flat_f32_v4_x2"}
 MID_REFUSED_FROM = 4
 _REFUSED_KERNELS = {**_FLAT_REFUSED_KERNELS, **_FLAT_ONE_REFUSED_KERNELS, **_MID_REFUSED_KERNELS}
 # The mask_by_word builds, whose grid covers every chunk once whatever the plan or waves.
 _BY_WORD_KERNELS = frozenset({*_WORDS_KERNELS.values(), *_FLAT_SPARSE_KERNELS.values()})
-# Masks that make the kernel write (LaunchPlan.DENSE) take one warp per chunk. A launch of over
-# PREFETCH_MIN_LOGITS_BYTES of logits with at most GROUP_MASK_BYTES of masks prefetches them all into
-# L2 first, so the warps' mask loads do not read DRAM in among the stores (1-token cells 4-9% faster;
-# smaller launches gain nothing). A launch with more masks runs as consecutive row groups whose masks
-# fit, one launch each, and each group prefetches its own (docs/benchmarks.md).
+# The dense plan: a warp per chunk; large launches prefetch their masks into L2, and launches with more masks
+# run as row groups whose masks fit (docs/kernel.md, "Row groups whose masks fit in L2").
 GROUP_MASK_BYTES = 16 << 20
 PREFETCH_MIN_LOGITS_BYTES = 128 << 20
 # Launches of 16-bit logits that fit in L2 take the chunked kernel that scatters -inf into mixed
@@ -167,27 +127,13 @@ _SCAN_KERNELS = {
 }
 _SCAN_WAVES = 1.0
 _SCAN_PIECE_WORDS = 64  # mask words a warp checks at once (SCAN_PIECE_WORDS in mask_logits.cu)
-# Pieces a scan warp takes before the grid grows: the pieces it loads at once (SCAN_PIECES in
-# mask_logits.cu), so a launch whose masks one round of loads covers takes the fewest blocks that
-# do it in that round. Each block costs launch time, and a warp's eight loads cost one latency.
-# Patchy steps past patchy_launch's sizes take this kernel with one piece per warp instead: their
-# constrained pieces are many, and a warp masks the ones it finds one after another.
+# Pieces of mask words a scan warp takes before the grid grows: one round of loads (docs/kernel.md,
+# "The sparse kernel's grid").
 SCAN_WARP_PIECES = 8
 _SCAN_PATCHY_WARP_PIECES = 1
 _SPARSE_LAYOUTS = frozenset({SPARSE, PATCHY})  # plans that, once resolved, take the sparse plan's kernels
-# Steps whose sampled runs mostly allow everything but not all (LaunchPlan.PATCHY: a batch in which
-# a few rows are constrained). The sparse plan's resident warps mask the constrained pieces they
-# find one after another, so a launch waits for the warps that found several; these launches give
-# every constrained chunk its own warp instead (docs/benchmarks.md). Small launches load only mask
-# words and scatter into mixed spans (the refused plan's kernels for 16-bit rows, which otherwise
-# read every logit with its mask word: 1.3 against 2.1 us at 16 x 32k bf16), but 16-bit ones whose
-# grid would take more than _PATCHY_SCATTER_WAVES waves of blocks keep the sparse plan's warp per
-# chunk, a quarter of the threads (2.4 against 2.7 us at 32 x 128k bf16, 2004 blocks); aligned
-# 16-bit chunked launches of up to PATCHY_WORDS_MAX_BYTES take mask_by_word (256 x 128k bf16, a
-# tenth of the rows a JSON string's: 5.3 against 8.5 us); aligned fp32 chunked launches of up to
-# PATCHY_DENSE_MAX_CHUNKS chunks take the dense plan (64 x 128k fp32: 4.2 against 8.2 us). Larger
-# launches keep the sparse plan's kernels, whose reads of the masks then outweigh the chains, with
-# one piece of mask words per warp (_SCAN_PATCHY_WARP_PIECES).
+# Steps whose sampled runs mostly, not all, allow everything (LaunchPlan.PATCHY): every constrained chunk its
+# own warp up to these sizes (docs/kernel.md, "A few constrained rows: the patchy plan").
 PATCHY_WORDS_MAX_BYTES = 128 << 20
 PATCHY_DENSE_MAX_CHUNKS = 32768
 _PATCHY_SCATTER_WAVES = 1.5

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 // Build-time knobs. The defaults won the most cells against xgrammar's kernel in
-// `python -m bench.mask_kernel --variant ...` runs on an H200 (docs/benchmarks.md):
+// `python -m bench.mask_kernel --variant ...` runs on an H200 (docs/kernel.md):
 //   LLGT_PHASE_PIECES: vectors per lane loaded before the first store of a chunk (registers vs
 //                      loads in flight);
 //   LLGT_MIN_BLOCKS:   blocks of 256 threads an SM must hold at once (__launch_bounds__);
@@ -333,7 +333,7 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
 // (from L2) and masked as in mask_rows; a chunk two pieces touch may be masked twice, which writes
 // the same values. Small pieces keep that serial work short: a constrained row's chunks spread
 // over many warps (with 256-word pieces, a bf16 batch of 256 rows, every tenth a JSON string's,
-// took 12-21 us against 8-9 us for xgrammar, docs/benchmarks.md).
+// took 12-21 us against 8-9 us for xgrammar, docs/kernel.md).
 #ifndef LLGT_SCAN_PIECES
 #define LLGT_SCAN_PIECES 8
 #endif

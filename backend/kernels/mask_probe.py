@@ -20,7 +20,7 @@ The sample is 16 runs of 64 tokens (one int64 each). A run that allows all its t
 allocates nothing. A sample can miss a batch's few constrained rows: with a tenth of the rows a
 JSON string's (whose runs are 38% all allowed), 16 runs miss them in about a third of the steps,
 which then take the sparse plan. 64 runs would miss them in 1.6%, but took the H100 machine's host
-about 2 us more a step (docs/benchmarks.md).
+about 2 us more a step (docs/kernel.md).
 """
 
 from __future__ import annotations
