@@ -27,7 +27,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -36,15 +36,8 @@ import numpy as np
 import torch
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from backend.kernels.cuda_masking import (
-    FLAT_MAX_BYTES,
-    GROUP_MASK_BYTES,
-    SCAN_WARP_PIECES,
-    THREADS_PER_BLOCK,
-    WORDS_MAX_BYTES,
-    CudaBitmaskApplier,
-    LaunchPlan,
-)
+from backend.kernels.cuda_masking import CudaBitmaskApplier
+from backend.kernels.launch_policy import GROUP_MASK_BYTES, LaunchPlan, PolicySettings
 from backend.masking import apply_token_bitmask_cpu
 from bench.reports import host_cpu, write_report
 
@@ -358,38 +351,15 @@ def _xgrammar_with_copy(kernel: ModuleType, logits: torch.Tensor, pinned_masks: 
 
 @dataclass(frozen=True)
 class Variant:
-    """Our kernel built or launched another way, timed beside the default."""
+    """Our kernel built (``defines``) or launched (the policy's ``settings``) another way, timed beside
+    the default."""
 
     label: str
-    waves: float | None  # None: by launch size, as the default; 0.5: half as many blocks as one wave
-    defines: tuple[str, ...]
-    flat_max_bytes: int = FLAT_MAX_BYTES
-    chunk_threads: int = THREADS_PER_BLOCK
-    scatter16_max_bytes: int | None = None  # None: the device's L2 size, as the default
-    words_max_bytes: int = WORDS_MAX_BYTES
-    flat_per_thread: int | None = None  # None: by launch size, as the default
-    group_mask_bytes: int | None = GROUP_MASK_BYTES  # None: one launch whatever the masks' size
-    plan: LaunchPlan | None = None  # None: by a sample of each step's masks, as the default
-    flat_threads: int = THREADS_PER_BLOCK
-    scan_warp_pieces: int = SCAN_WARP_PIECES
+    defines: tuple[str, ...] = ()
+    settings: PolicySettings = field(default_factory=PolicySettings)
 
     def applier(self, device: torch.device, rows: int, vocab: int) -> CudaBitmaskApplier:
-        return CudaBitmaskApplier(
-            device,
-            rows,
-            vocab,
-            waves=self.waves,
-            defines=self.defines,
-            flat_max_bytes=self.flat_max_bytes,
-            chunk_threads=self.chunk_threads,
-            scatter16_max_bytes=self.scatter16_max_bytes,
-            words_max_bytes=self.words_max_bytes,
-            flat_per_thread=self.flat_per_thread,
-            group_mask_bytes=self.group_mask_bytes,
-            plan=self.plan,
-            flat_threads=self.flat_threads,
-            scan_warp_pieces=self.scan_warp_pieces,
-        )
+        return CudaBitmaskApplier(device, rows, vocab, settings=self.settings, defines=self.defines)
 
 
 VARIANT_HELP = (
@@ -421,19 +391,25 @@ def parse_variant(text: str) -> Variant:
     SMs hold)."""
     label, waves, *rest = text.split(":")
     defines = tuple(d for d in (rest[0].split(",") if rest else []) if d)
-    flat = int(rest[1]) << 20 if len(rest) > 1 and rest[1] else FLAT_MAX_BYTES
-    threads = int(rest[2]) if len(rest) > 2 and rest[2] else THREADS_PER_BLOCK
-    scatter16 = int(rest[3]) << 20 if len(rest) > 3 and rest[3] else None
-    words = int(rest[4]) << 20 if len(rest) > 4 and rest[4] else WORDS_MAX_BYTES
-    vectors = int(rest[5]) if len(rest) > 5 and rest[5] else None
-    group = (int(rest[6]) << 20 or None) if len(rest) > 6 and rest[6] else GROUP_MASK_BYTES
-    plan = LaunchPlan(rest[7]) if len(rest) > 7 and rest[7] else None
-    flat_threads = int(rest[8]) if len(rest) > 8 and rest[8] else THREADS_PER_BLOCK
-    scan_pieces = int(rest[9]) if len(rest) > 9 and rest[9] else SCAN_WARP_PIECES
-    waves_value = None if waves == "auto" else float(waves)
-    return Variant(
-        label, waves_value, defines, flat, threads, scatter16, words, vectors, group, plan, flat_threads, scan_pieces
+    default = PolicySettings()
+
+    def part(index: int) -> str:
+        return rest[index] if len(rest) > index else ""
+
+    group = part(6)
+    settings = PolicySettings(
+        waves=None if waves == "auto" else float(waves),
+        flat_max_bytes=int(part(1)) << 20 if part(1) else default.flat_max_bytes,
+        chunk_threads=int(part(2)) if part(2) else default.chunk_threads,
+        scatter16_max_bytes=int(part(3)) << 20 if part(3) else None,
+        words_max_bytes=int(part(4)) << 20 if part(4) else default.words_max_bytes,
+        flat_per_thread=int(part(5)) if part(5) else None,
+        group_mask_bytes=(int(group) << 20 or None) if group else GROUP_MASK_BYTES,
+        plan=LaunchPlan(part(7)) if part(7) else None,
+        flat_threads=int(part(8)) if part(8) else default.flat_threads,
+        scan_warp_pieces=int(part(9)) if part(9) else default.scan_warp_pieces,
     )
+    return Variant(label, defines, settings)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -477,7 +453,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     for vocab in arguments.vocabs:
         applier = CudaBitmaskApplier(device, max(arguments.batches), vocab)
         calls_applier = CudaBitmaskApplier(device, max(arguments.batches), vocab, graphs=False)
-        planned = {plan: CudaBitmaskApplier(device, max(arguments.batches), vocab, plan=plan) for plan in LaunchPlan}
+        planned = {
+            plan: CudaBitmaskApplier(device, max(arguments.batches), vocab, settings=PolicySettings(plan=plan))
+            for plan in LaunchPlan
+        }
         variants = {v.label: v.applier(device, max(arguments.batches), vocab) for v in arguments.variant}
         logger.info("registers per thread: %s", applier.registers())
         for dtype_name in arguments.dtypes:

@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from backend.kernels.cuda_masking import _CU_EVENT_RECORD_EXTERNAL, CudaBitmaskApplier
+from backend.kernels.cuda_masking import CudaBitmaskApplier
+from backend.kernels.driver import CU_EVENT_RECORD_EXTERNAL
 from bench.mask_kernel import DTYPES, load_module, make_masks
 from bench.reports import host_cpu, write_report
 
@@ -63,7 +64,7 @@ def captured_graph(applier: CudaBitmaskApplier, logits: torch.Tensor, *, copy: b
         if copy:
             driver.check(applier._memcpy(*applier._step_copy(rows), stream_ptr), "cuMemcpyHtoDAsync")
         if event:
-            recorded = driver.lib.cuEventRecordWithFlags(applier._copied, stream_ptr, _CU_EVENT_RECORD_EXTERNAL)
+            recorded = driver.lib.cuEventRecordWithFlags(applier._copied, stream_ptr, CU_EVENT_RECORD_EXTERNAL)
             driver.check(recorded, "cuEventRecord")
         applier._launch(name, rows, stream_ptr, False, plan)
 

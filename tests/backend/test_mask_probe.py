@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from backend.kernels.cuda_masking import (
+from backend.kernels.launch_policy import (
     MID_REFUSED_FROM,
     PATCHY_DENSE_MAX_CHUNKS,
     PATCHY_WORDS_MAX_BYTES,

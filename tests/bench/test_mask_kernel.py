@@ -8,14 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from backend.kernels.cuda_masking import (
-    FLAT_MAX_BYTES,
-    GROUP_MASK_BYTES,
-    SCAN_WARP_PIECES,
-    THREADS_PER_BLOCK,
-    WORDS_MAX_BYTES,
-    LaunchPlan,
-)
+from backend.kernels.launch_policy import LaunchPlan, PolicySettings
 from bench.mask_kernel import (
     MASK_KINDS,
     DeviceEvent,
@@ -39,42 +32,22 @@ def h100_report() -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("w1:1", Variant("w1", 1.0, ())),
-        ("ft128:auto:::::::::128", Variant("ft128", None, (), flat_threads=128)),
-        ("sp1:auto::::::::::1", Variant("sp1", None, (), scan_warp_pieces=1)),
+        ("w1:1", Variant("w1", (), PolicySettings(waves=1.0))),
+        ("ft128:auto:::::::::128", Variant("ft128", (), PolicySettings(flat_threads=128))),
+        ("sp1:auto::::::::::1", Variant("sp1", (), PolicySettings(scan_warp_pieces=1))),
         (
             "read:auto:LLGT_MIXED_SCATTER=0,LLGT_FLAT_SCATTER=0",
-            Variant("read", None, ("LLGT_MIXED_SCATTER=0", "LLGT_FLAT_SCATTER=0")),
+            Variant("read", ("LLGT_MIXED_SCATTER=0", "LLGT_FLAT_SCATTER=0")),
         ),
-        ("flat24:auto::24", Variant("flat24", None, (), 24 << 20)),
-        ("t128:0.5:::128", Variant("t128", 0.5, (), FLAT_MAX_BYTES, 128)),
-        ("s0:auto::::0", Variant("s0", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, 0)),
-        ("s64:auto::::64", Variant("s64", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, 64 << 20)),
-        ("w0:auto::0:::0", Variant("w0", None, (), 0, THREADS_PER_BLOCK, None, 0)),
-        ("v1:auto::::::1", Variant("v1", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, None, WORDS_MAX_BYTES, 1)),
-        (
-            "g8:auto:::::::8",
-            Variant("g8", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, None, WORDS_MAX_BYTES, None, 8 << 20),
-        ),
-        (
-            "one:auto:::::::0",
-            Variant("one", None, (), FLAT_MAX_BYTES, THREADS_PER_BLOCK, None, WORDS_MAX_BYTES, None, None),
-        ),
-        (
-            "sparse:0.5::::::::sparse",
-            Variant(
-                "sparse",
-                0.5,
-                (),
-                FLAT_MAX_BYTES,
-                THREADS_PER_BLOCK,
-                None,
-                WORDS_MAX_BYTES,
-                None,
-                GROUP_MASK_BYTES,
-                LaunchPlan.SPARSE,
-            ),
-        ),
+        ("flat24:auto::24", Variant("flat24", (), PolicySettings(flat_max_bytes=24 << 20))),
+        ("t128:0.5:::128", Variant("t128", (), PolicySettings(waves=0.5, chunk_threads=128))),
+        ("s0:auto::::0", Variant("s0", (), PolicySettings(scatter16_max_bytes=0))),
+        ("s64:auto::::64", Variant("s64", (), PolicySettings(scatter16_max_bytes=64 << 20))),
+        ("w0:auto::0:::0", Variant("w0", (), PolicySettings(flat_max_bytes=0, words_max_bytes=0))),
+        ("v1:auto::::::1", Variant("v1", (), PolicySettings(flat_per_thread=1))),
+        ("g8:auto:::::::8", Variant("g8", (), PolicySettings(group_mask_bytes=8 << 20))),
+        ("one:auto:::::::0", Variant("one", (), PolicySettings(group_mask_bytes=None))),
+        ("sparse:0.5::::::::sparse", Variant("sparse", (), PolicySettings(waves=0.5, plan=LaunchPlan.SPARSE))),
     ],
 )
 def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> None:
@@ -82,20 +55,7 @@ def test_a_variant_names_its_build_and_launch(text: str, expected: Variant) -> N
 
 
 def test_unset_fields_keep_the_defaults_of_the_kernel_it_is_compared_with() -> None:
-    variant = parse_variant("plain:auto")
-    fields = (variant.flat_max_bytes, variant.chunk_threads, variant.scatter16_max_bytes, variant.words_max_bytes)
-    launch = (variant.flat_per_thread, variant.group_mask_bytes, variant.plan, variant.flat_threads)
-    assert (*fields, *launch, variant.scan_warp_pieces) == (
-        FLAT_MAX_BYTES,
-        THREADS_PER_BLOCK,
-        None,  # the device's L2 size, as the default applier
-        WORDS_MAX_BYTES,
-        None,  # by launch size, as the default applier
-        GROUP_MASK_BYTES,
-        None,  # by a sample of each step's masks, as the default applier
-        THREADS_PER_BLOCK,
-        SCAN_WARP_PIECES,
-    )
+    assert parse_variant("plain:auto") == Variant("plain", (), PolicySettings())
 
 
 def test_an_unknown_mask_kind_is_refused_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -109,25 +109,31 @@ FLAT_BUILDS: dict[str, tuple[int | None, str | None, int]] = {
 @pytest.fixture(scope="module")
 def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
     """``(build, vocab)``: the default appliers, and the chunked builds forced onto small batches."""
-    from backend.kernels.cuda_masking import SCAN_WARP_PIECES, CudaBitmaskApplier, LaunchPlan
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from backend.kernels.launch_policy import SCAN_WARP_PIECES, LaunchPlan, PolicySettings
 
     chunked = {
         (build, vocab): CudaBitmaskApplier(
             torch.device("cuda"),
             16,
             vocab,
-            flat_max_bytes=0,
-            scatter16_max_bytes=scatter16_max_bytes,
-            words_max_bytes=0,
-            plan=None if plan is None else LaunchPlan(plan),
-            scan_warp_pieces=SCAN_WARP_PIECES if warp_pieces is None else warp_pieces,
+            settings=PolicySettings(
+                flat_max_bytes=0,
+                scatter16_max_bytes=scatter16_max_bytes,
+                words_max_bytes=0,
+                plan=None if plan is None else LaunchPlan(plan),
+                scan_warp_pieces=SCAN_WARP_PIECES if warp_pieces is None else warp_pieces,
+            ),
         )
         for build, (scatter16_max_bytes, plan, warp_pieces) in CHUNKED_BUILDS.items()
         for vocab in VOCABS
     }
     words = {
         (build, vocab): CudaBitmaskApplier(
-            torch.device("cuda"), 16, vocab, flat_max_bytes=0, words_max_bytes=1 << 40, plan=plan
+            torch.device("cuda"),
+            16,
+            vocab,
+            settings=PolicySettings(flat_max_bytes=0, words_max_bytes=1 << 40, plan=plan),
         )
         for build, plan in (("words", None), ("words_refused", LaunchPlan.REFUSED))
         for vocab in VOCABS
@@ -137,9 +143,9 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
             torch.device("cuda"),
             16,
             vocab,
-            flat_per_thread=per_thread,
-            plan=None if plan is None else LaunchPlan(plan),
-            flat_threads=threads,
+            settings=PolicySettings(
+                flat_per_thread=per_thread, plan=None if plan is None else LaunchPlan(plan), flat_threads=threads
+            ),
         )
         for build, (per_thread, plan, threads) in FLAT_BUILDS.items()
         for vocab in VOCABS
@@ -149,10 +155,9 @@ def builds(appliers: dict[int, object]) -> dict[tuple[str, int], object]:
             torch.device("cuda"),
             16,
             vocab,
-            flat_max_bytes=0,
-            words_max_bytes=0,
-            group_mask_bytes=(vocab + 31) // 32 * 8,
-            plan=LaunchPlan.DENSE,
+            settings=PolicySettings(
+                flat_max_bytes=0, words_max_bytes=0, group_mask_bytes=(vocab + 31) // 32 * 8, plan=LaunchPlan.DENSE
+            ),
         )
         for vocab in VOCABS
     }
@@ -185,12 +190,17 @@ def test_small_launch_blocks_above_256_threads_need_the_build_that_allows_them(d
     applier is made, not at the first launch; LLGT_FLAT_BOUNDS=1024 builds them for 1024, which mask
     as the reference does."""
     from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from backend.kernels.launch_policy import PolicySettings
 
     vocab, rows = 151936, 8
     with pytest.raises(ValueError, match="LLGT_FLAT_BOUNDS"):
-        CudaBitmaskApplier(torch.device("cuda"), rows, vocab, flat_threads=512)
+        CudaBitmaskApplier(torch.device("cuda"), rows, vocab, settings=PolicySettings(flat_threads=512))
     applier = CudaBitmaskApplier(
-        torch.device("cuda"), rows, vocab, defines=("LLGT_FLAT_BOUNDS=1024",), flat_threads=1024
+        torch.device("cuda"),
+        rows,
+        vocab,
+        settings=PolicySettings(flat_threads=1024),
+        defines=("LLGT_FLAT_BOUNDS=1024",),
     )
     generator = torch.Generator().manual_seed(5)
     mask = masks("random", rows, vocab, generator)
@@ -208,8 +218,8 @@ def test_a_small_fp32_launch_of_most_of_a_wave_takes_two_vectors_per_thread(
     vocab = 32001
     applier = appliers[vocab]
     item = torch.tensor([], dtype=dtype).element_size()
-    blocks_per_row = -(-vocab * item // (16 * 256))
-    rows = applier._flat_wave_blocks // blocks_per_row + 2  # type: ignore[attr-defined]
+    one_vector = {torch.float32: "flat_f32_v4", torch.float16: "flat_f16_v8", torch.bfloat16: "flat_bf16_v8"}[dtype]
+    rows = applier.policy.flat_rows_within(one_vector, 1.0) + 2  # type: ignore[attr-defined]
     assert rows * vocab * item <= 8 << 20  # still a small launch
     generator = torch.Generator().manual_seed(4)
     mask = masks("random", rows, vocab, generator)
@@ -222,7 +232,7 @@ def test_a_small_fp32_launch_of_most_of_a_wave_takes_two_vectors_per_thread(
     gpu = torch.zeros((rows, vocab + 7), dtype=dtype, device="cuda")[:, :vocab]  # 16-byte aligned rows
     gpu.copy_(logits.cuda())
     applier.host_masks(rows).copy_(mask)  # type: ignore[attr-defined]
-    name, _ = applier._set_pointers(gpu, naive=False)  # type: ignore[attr-defined]
+    name = applier.policy.kernel(dtype, aligned=True, naive=False, rows=rows)  # type: ignore[attr-defined]
     applier.apply(gpu, torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
     assert (
         name == {torch.float32: "flat_f32_v4_x2", torch.float16: "flat_f16_v8", torch.bfloat16: "flat_bf16_v8"}[dtype]
@@ -236,10 +246,12 @@ def test_a_sparse_plan_small_launch_masks_every_chunk_however_few_waves_the_chun
 ) -> None:
     """The one-warp-per-chunk kernel covers each chunk once, so its grid must not follow the
     chunked kernels' waves (fixed low here, as a benchmark variant or a GPU with few SMs has them)."""
-    from backend.kernels.cuda_masking import CudaBitmaskApplier, LaunchPlan
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from backend.kernels.launch_policy import LaunchPlan, PolicySettings
 
     vocab, rows = 151936, 8
-    applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, waves=0.01, plan=LaunchPlan.SPARSE)
+    settings = PolicySettings(waves=0.01, plan=LaunchPlan.SPARSE)
+    applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, settings=settings)
     generator = torch.Generator().manual_seed(3)
     assert masks_like_the_reference(applier, masks("random", rows, vocab, generator), dtype, generator)
 
@@ -253,10 +265,12 @@ def test_a_batch_with_a_few_constrained_rows_masks_like_the_reference(
     """The sample of such a batch's masks finds it patchy (most runs allow everything, some do not),
     and the launch it picks masks the constrained rows and leaves the others alone."""
     from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from backend.kernels.launch_policy import PolicySettings
     from backend.kernels.mask_probe import PATCHY, REFUSED_FROM, MaskDensityProbe
 
     rows = 16
-    applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, flat_max_bytes=(8 << 20) if small else 0)
+    settings = PolicySettings(flat_max_bytes=(8 << 20) if small else 0)
+    applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, settings=settings)
     generator = torch.Generator().manual_seed(vocab)
     mask = torch.full((rows, (vocab + 31) // 32), -1, dtype=torch.int32)
     mask[[3, 11]] = masks("random", 2, vocab, generator)
@@ -269,7 +283,8 @@ def test_a_mid_size_fp32_launch_whose_masks_allow_nothing_takes_the_two_vector_s
     """Over the small-launch size, under the mid-size one: masks that allow nothing or one token a
     row take the refused plan, two vectors per small-launch thread; the others the chunked kernel
     (sparse for "all", dense for "random"). Each masks as the reference does."""
-    from backend.kernels.cuda_masking import FLAT_MAX_BYTES, WORDS_MAX_BYTES, CudaBitmaskApplier
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from backend.kernels.launch_policy import FLAT_MAX_BYTES, WORDS_MAX_BYTES
 
     vocab, rows = 151936, 16
     applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab)
@@ -277,12 +292,12 @@ def test_a_mid_size_fp32_launch_whose_masks_allow_nothing_takes_the_two_vector_s
     generator = torch.Generator().manual_seed(6)
     mask = masks(kind, rows, vocab, generator)
     assert masks_like_the_reference(applier, mask, torch.float32, generator)
-    assert applier._last_kernel == "mask_f32_v4"  # (the chunked kernel's name, before the plan's)
+    assert applier.policy.kernel(torch.float32, True, False, rows) == "mask_f32_v4"  # (before the plan's)
     plan = applier.launch_plan(torch.empty((rows, vocab), device="cuda"))
     expected = {"none": "refused", "one": "refused", "all": "sparse", "random": "dense"}[kind]
     assert plan is not None and plan.value == expected
-    launched = {grid_name for grid_name, _, _ in applier._grids}
-    assert ("flat_f32_v4_x2" in launched) == (plan.value == "refused")
+    assert applier.last_launch is not None and applier.last_launch.plan == plan
+    assert (applier.last_launch.kernel == "flat_f32_v4_x2") == (plan.value == "refused")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -293,11 +308,12 @@ def test_fp32_small_launches_just_over_a_wave_of_one_vector_blocks_take_one_vect
     one token a row take the refused plan, one vector per thread; the others two ("random", dense)
     or the one-warp-per-chunk kernel ("all", sparse). Just under a wave and past 1.5 waves, masks
     that allow nothing take two vectors too. Each launch masks as the reference does."""
-    from backend.kernels.cuda_masking import FLAT_MAX_BYTES, CudaBitmaskApplier
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from backend.kernels.launch_policy import FLAT_MAX_BYTES
 
     vocab = 151936
-    probe = CudaBitmaskApplier(torch.device("cuda"), 1, vocab)
-    one_wave, band_end = probe._flat_rows_within("flat_f32_v4", 1.0), probe._flat_rows_within("flat_f32_v4", 1.5)
+    policy = CudaBitmaskApplier(torch.device("cuda"), 1, vocab).policy
+    one_wave, band_end = policy.flat_rows_within("flat_f32_v4", 1.0), policy.flat_rows_within("flat_f32_v4", 1.5)
     assert 0 < one_wave < band_end and (band_end + 1) * vocab * 4 <= FLAT_MAX_BYTES
     outside = "words_f32" if kind == "all" else "flat_f32_v4_x2"
     inside = {"none": "flat_f32_v4", "one": "flat_f32_v4"}.get(kind, outside)
@@ -305,8 +321,7 @@ def test_fp32_small_launches_just_over_a_wave_of_one_vector_blocks_take_one_vect
         applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab)
         generator = torch.Generator().manual_seed(rows)
         assert masks_like_the_reference(applier, masks(kind, rows, vocab, generator), torch.float32, generator)
-        launched = {grid_name for grid_name, _, _ in applier._grids}
-        assert launched == {kernel}, (rows, launched)
+        assert applier.last_launch is not None and applier.last_launch.kernel == kernel, (rows, applier.last_launch)
 
 
 def test_the_one_vector_kernels_fit_a_wave_of_eight_blocks_per_sm(appliers: dict[int, object]) -> None:
@@ -320,7 +335,7 @@ def test_a_launch_that_prefetches_its_masks_into_l2_masks_like_the_reference(
     appliers: dict[int, object], dtype: torch.dtype
 ) -> None:
     """Over 128 MiB of logits with under 16 MiB of masks, dense: the grid prefetches every mask line first."""
-    from backend.kernels.cuda_masking import GROUP_MASK_BYTES, PREFETCH_MIN_LOGITS_BYTES
+    from backend.kernels.launch_policy import GROUP_MASK_BYTES, PREFETCH_MIN_LOGITS_BYTES
 
     vocab = 128256
     rows = (160 << 20) // (vocab * torch.tensor([], dtype=dtype).element_size()) + 1
@@ -333,6 +348,8 @@ def test_a_launch_that_prefetches_its_masks_into_l2_masks_like_the_reference(
     applier.host_masks(rows).copy_(mask)  # type: ignore[attr-defined]
     applier.apply(logits, torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
     assert rows * vocab * logits.element_size() > PREFETCH_MIN_LOGITS_BYTES and mask.numel() * 4 <= GROUP_MASK_BYTES
+    launch = applier.last_launch  # type: ignore[attr-defined]
+    assert launch.prefetch and not launch.groups
     assert same_bits(logits, expected)
 
 
@@ -342,13 +359,14 @@ def test_a_launch_whose_masks_exceed_the_prefetch_limit_runs_as_row_groups_that_
 ) -> None:
     """Over 16 MiB of masks: three launches of under 16 MiB of masks and over 128 MiB of logits each
     (the prefetch thresholds), replayed from one graph on the second step."""
-    from backend.kernels.cuda_masking import GROUP_MASK_BYTES, CudaBitmaskApplier
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from backend.kernels.launch_policy import GROUP_MASK_BYTES
 
     vocab = 151936
     words = (vocab + 31) // 32
     rows = 2 * (GROUP_MASK_BYTES // (words * 4)) + 5
     applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab)
-    groups = applier.row_groups(rows)
+    groups = applier.policy.row_groups(rows)
     assert [first for first, _ in groups] == [0, groups[0][1], 2 * groups[0][1]]
     assert sum(count for _, count in groups) == rows
     assert max(count for _, count in groups) * words * 4 <= 16 << 20
@@ -364,6 +382,7 @@ def test_a_launch_whose_masks_exceed_the_prefetch_limit_runs_as_row_groups_that_
         applier.host_masks(rows).copy_(mask)
         applier.apply(logits, torch.cuda.current_stream().cuda_stream)
         assert same_bits(logits, expected), f"step {step}"
+        assert applier.last_launch is not None and applier.last_launch.groups == tuple(groups)
     assert applier.captured_shapes == 1
 
 
