@@ -43,9 +43,9 @@ from backend.kernels.driver import (
     Driver,
 )
 from backend.kernels.launch_policy import (
-    ALL_KERNELS,
     FLAT_KERNELS,
     SCAN_KERNELS,
+    SERVING_KERNELS,
     DeviceFacts,
     Launch,
     LaunchPlan,
@@ -145,12 +145,7 @@ class CudaBitmaskApplier:
         module = _void_p()
         self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
         self._module = module
-        functions = {}
-        for name in sorted(ALL_KERNELS):
-            function = _void_p()
-            result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode())
-            self._driver.check(result, "cuModuleGetFunction")
-            functions[name] = function
+        functions = {name: self._function(name) for name in sorted(SERVING_KERNELS)}
         self._resident_blocks: dict[str, int] = {}  # blocks of each scan kernel all SMs hold at once
         for name in sorted(SCAN_KERNELS):
             per_sm = ctypes.c_int()
@@ -167,6 +162,20 @@ class CudaBitmaskApplier:
                 " threads a block (raise LLGT_FLAT_BOUNDS)"
             )
         return functions
+
+    def _function(self, name: str) -> _void_p:
+        """The loaded module's kernel ``name``."""
+        function = _void_p()
+        result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), self._module, name.encode())
+        self._driver.check(result, "cuModuleGetFunction")
+        return function
+
+    def _kernel_function(self, name: str) -> _void_p:
+        """A step's kernel; a naive comparison kernel (benchmarks only) is looked up the first time."""
+        function = self._functions.get(name)
+        if function is None:
+            function = self._functions[name] = self._function(name)
+        return function
 
     def registers(self) -> dict[str, int]:
         """Registers per thread of each kernel (they bound how many blocks an SM holds at once)."""
@@ -402,7 +411,7 @@ class CudaBitmaskApplier:
         self._param_prefetch.value = int(launch.prefetch)
         self._param_row_count.value = rows
         if self._launch_kernel(
-            self._functions[launch.kernel],
+            self._kernel_function(launch.kernel),
             launch.blocks,
             launch.rows,
             1,
@@ -428,7 +437,7 @@ class CudaBitmaskApplier:
                 self._param_masks.value = masks + first * self.words * 4
                 self._param_prefetch.value = int(self.policy.prefetches(launch.kernel, count, "dense"))
                 if self._launch_kernel(
-                    self._functions[launch.kernel],
+                    self._kernel_function(launch.kernel),
                     launch.blocks,
                     count,
                     1,

@@ -113,16 +113,9 @@ _PATCHY_DENSE_KERNELS = frozenset({"mask_f32_v4"})
 FLAT_KERNELS = frozenset(_FLAT_SHAPES)
 # The sparse plan's own kernels, whose resident blocks the device reports (DeviceFacts.scan_resident_blocks).
 SCAN_KERNELS = frozenset(_SCAN_KERNELS.values())
-# Every kernel the policy may launch, naive ones included.
-ALL_KERNELS = frozenset(
-    {
-        *_KERNELS.values(),
-        *NAIVE_KERNELS.values(),
-        *_SCATTER_KERNELS.values(),
-        *_BY_WORD_KERNELS,
-        *SCAN_KERNELS,
-        *_FLAT_SHAPES,
-    }
+# Every kernel a step may launch; the naive comparison kernels (NAIVE_KERNELS) only benchmarks launch.
+SERVING_KERNELS = frozenset(
+    {*_KERNELS.values(), *_SCATTER_KERNELS.values(), *_BY_WORD_KERNELS, *SCAN_KERNELS, *_FLAT_SHAPES}
 )
 
 

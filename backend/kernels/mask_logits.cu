@@ -36,16 +36,8 @@
 //   LLGT_MIXED_SCATTER: 0 makes the chunked kernels read, select and write back every mixed vector;
 //   LLGT_FLAT_SCATTER: 0 makes fp32 small launches load their logits with their mask words (as the
 //                      16-bit ones do) instead of scattering into mixed spans;
-//   LLGT_FLAT_SCATTER16: true makes 16-bit small launches scatter into mixed spans as fp32 ones do;
-//   LLGT_FLAT_MASK_FIRST: 1 makes a reading small launch's thread load its mask word first and its
-//                      logits only when the word's bits are mixed (two latencies in a row for mixed
-//                      vectors, no read for vectors that allow all or nothing);
 //   LLGT_FLAT_BOUNDS:  the most threads per block the small-launch kernels are built for
 //                      (__launch_bounds__; the applier's flat_threads picks the block size);
-//   LLGT_PREFETCH_PASS: 1 loads a warp's next pass of mask words before it stores this pass's;
-//   LLGT_PREFETCH_ROWS: D > 0 makes the first block of row r prefetch row r + D's mask into L2,
-//                      one burst of reads per row instead of one small read per warp amid the stores
-//                      (LLGT_PREFETCH_EVICT_LAST=1: marked evict-last in L2);
 //   LLGT_SCAN_PIECE_WORDS, LLGT_SCAN_PIECES: the sparse plan's kernel (scan_rows) checks mask words
 //                      in pieces of this many words (a multiple of 64), this many pieces at a time;
 #ifndef LLGT_PHASE_PIECES
@@ -60,26 +52,11 @@
 #ifndef LLGT_STREAM_STORES
 #define LLGT_STREAM_STORES 1
 #endif
-#ifndef LLGT_FLAT_MASK_FIRST
-#define LLGT_FLAT_MASK_FIRST 0
-#endif
-#ifndef LLGT_PREFETCH_PASS
-#define LLGT_PREFETCH_PASS 0
-#endif
-#ifndef LLGT_PREFETCH_ROWS
-#define LLGT_PREFETCH_ROWS 0
-#endif
-#ifndef LLGT_PREFETCH_EVICT_LAST
-#define LLGT_PREFETCH_EVICT_LAST 0
-#endif
 #ifndef LLGT_MIXED_SCATTER
 #define LLGT_MIXED_SCATTER 1
 #endif
 #ifndef LLGT_FLAT_SCATTER
 #define LLGT_FLAT_SCATTER 1
-#endif
-#ifndef LLGT_FLAT_SCATTER16
-#define LLGT_FLAT_SCATTER16 false
 #endif
 #ifndef LLGT_FLAT_BOUNDS
 #define LLGT_FLAT_BOUNDS 256
@@ -270,31 +247,11 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
     if (prefetch) {
         prefetch_masks(masks, mask_stride);
     }
-#if LLGT_PREFETCH_ROWS
-    if (blockIdx.x == 0 && blockIdx.y + LLGT_PREFETCH_ROWS < gridDim.y) {
-        const uint32_t* ahead = masks + static_cast<size_t>(blockIdx.y + LLGT_PREFETCH_ROWS) * mask_stride;
-        for (int w = threadIdx.x * 32; w < mask_words; w += blockDim.x * 32) {  // a 128-byte line each
-#if LLGT_PREFETCH_EVICT_LAST
-            asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(ahead + w));
-#else
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(ahead + w));
-#endif
-        }
-    }
-#endif
     const int pass = stride * CHUNKS_PER_PASS;
     int first_chunk = blockIdx.x * warps + (threadIdx.x >> 5);
     uint32_t words[CHUNKS_PER_PASS];
-#if LLGT_PREFETCH_PASS
-    load_pass(words, mask, first_chunk, stride, chunks, mask_words, lane);
-#endif
     for (; first_chunk < chunks; first_chunk += pass) {
-#if LLGT_PREFETCH_PASS
-        uint32_t next[CHUNKS_PER_PASS];  // the next pass's words load while this pass stores
-        load_pass(next, mask, first_chunk + pass, stride, chunks, mask_words, lane);
-#else
         load_pass(words, mask, first_chunk, stride, chunks, mask_words, lane);
-#endif
 #pragma unroll 1  // one copy of the chunk code: small kernels are latency- and instruction-cache-bound
         for (int c = 0; c < CHUNKS_PER_PASS; ++c) {
             const int chunk = first_chunk + c * stride;
@@ -313,12 +270,6 @@ __device__ __forceinline__ void mask_rows(T* const* __restrict__ rows, T* base, 
             }
             mask_chunk<T, VEC, SCATTER && LLGT_MIXED_SCATTER>(logits, word, chunk << 10, lane, vocab);
         }
-#if LLGT_PREFETCH_PASS
-#pragma unroll
-        for (int c = 0; c < CHUNKS_PER_PASS; ++c) {
-            words[c] = next[c];
-        }
-#endif
     }
 }
 
@@ -458,11 +409,9 @@ __device__ __forceinline__ void flat_read(T* __restrict__ logits, const uint32_t
     for (int k = 0; k < PER_THREAD; ++k) {
         const int f = first + k * step;
         values[k] = make_uint4(0u, 0u, 0u, 0u);
-#if !LLGT_FLAT_MASK_FIRST
         if (f + VEC <= vocab) {
             values[k] = *reinterpret_cast<const uint4*>(logits + f);
         }
-#endif
         const int w = f >> 5;
         const uint32_t word = f >= vocab ? 0xffffffffu : w < mask_words ? __ldg(mask + w) : 0u;
         bits[k] = (word >> (f & 31)) & ALL;
@@ -474,11 +423,6 @@ __device__ __forceinline__ void flat_read(T* __restrict__ logits, const uint32_t
             continue;
         }
         if (f + VEC <= vocab) {
-#if LLGT_FLAT_MASK_FIRST
-            if (bits[k] != 0u) {
-                values[k] = *reinterpret_cast<const uint4*>(logits + f);
-            }
-#endif
             *reinterpret_cast<uint4*>(logits + f) = select_vector<T>(values[k], bits[k]);
         } else {
             mask_tail(logits, f, bits[k], vocab);
@@ -488,7 +432,7 @@ __device__ __forceinline__ void flat_read(T* __restrict__ logits, const uint32_t
 
 // SCATTER (and LLGT_FLAT_SCATTER): flat_scatter, otherwise flat_read. Scattering 16-bit elements
 // takes twice the store instructions, which a launch this short pays for in its mixed cells: 16-bit
-// rows read (LLGT_FLAT_SCATTER16=true makes them scatter), except in steps whose masks mostly allow
+// rows read, except in steps whose masks mostly allow
 // nothing (the loader's refused plan: the _scatter builds), where the reads would be wasted.
 template <typename T, int VEC, bool SCATTER, int PER_THREAD>
 __device__ __forceinline__ void mask_flat(T* const* __restrict__ rows, T* base, long long row_stride,
@@ -600,8 +544,8 @@ LLGT_ENTRY(scan_bf16_v8_scatter, (scan_rows<bf16, 8, true>(rows, base, row_strid
 // Small launches (_x2: two vectors per thread; 16-bit rows lost 3-17% with two, reading both).
 LLGT_FLAT_ENTRY(flat_f32_v4, (mask_flat<float, 4, true, 1>(LLGT_ARGS)), float)
 LLGT_FLAT_ENTRY(flat_f32_v4_x2, (mask_flat<float, 4, true, 2>(LLGT_ARGS)), float)
-LLGT_FLAT_ENTRY(flat_f16_v8, (mask_flat<__half, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), __half)
-LLGT_FLAT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8, LLGT_FLAT_SCATTER16, 1>(LLGT_ARGS)), bf16)
+LLGT_FLAT_ENTRY(flat_f16_v8, (mask_flat<__half, 8, false, 1>(LLGT_ARGS)), __half)
+LLGT_FLAT_ENTRY(flat_bf16_v8, (mask_flat<bf16, 8, false, 1>(LLGT_ARGS)), bf16)
 LLGT_FLAT_ENTRY(flat_f16_v8_scatter, (mask_flat<__half, 8, true, 1>(LLGT_ARGS)), __half)
 LLGT_FLAT_ENTRY(flat_bf16_v8_scatter, (mask_flat<bf16, 8, true, 1>(LLGT_ARGS)), bf16)
 LLGT_ENTRY(words_f32, (mask_by_word<float>(LLGT_ARGS)), float)
