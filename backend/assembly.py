@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -19,7 +20,7 @@ from backend.masking import bitmask_applier
 from backend.model_loader import load_model
 from backend.response_pump import ResponsePump
 from backend.scheduler import Scheduler
-from backend.service import GenerationService, Service
+from backend.service import GenerationService, Runner, Service
 from backend.slot_engine import SlotEngine, cache_bytes, supports
 from backend.synthetic import SyntheticService
 from backend.torch_engine import TorchEngine
@@ -79,16 +80,7 @@ def start_service(settings: EngineSettings) -> Service:
         from backend.trtllm.start import start_runner  # imports TensorRT-LLM
 
         model, runner = start_runner(settings)
-        chat_template = ChatTemplate(model.tokenizer, settings.chat_template)
-        service = GenerationService(
-            model.tokenizer,
-            chat_template,
-            runner,
-            vocab_size=model.vocab_size,
-            max_model_len=model.max_model_len,
-            pump=response_pump(settings),
-            max_admitting=settings.max_queue_size,
-        )
+        service = front_door(settings, model.tokenizer, runner, model.vocab_size, model.max_model_len)
         logger.info("ready: %s on TensorRT-LLM (%s), context %d tokens", model.name, model.kind, model.max_model_len)
         return service
     return start_torch_service(settings)
@@ -97,7 +89,6 @@ def start_service(settings: EngineSettings) -> Service:
 def start_torch_service(settings: EngineSettings) -> GenerationService:
     """The torch engine's service: the model loaded, the step loop started."""
     loaded = load_model(settings)
-    chat_template = ChatTemplate(loaded.tokenizer, settings.chat_template)
     engine = torch_engine(settings, loaded.model, loaded.max_model_len)
     processor = GuidanceLogitsProcessor.for_tokenizer(
         loaded.tokenizer,
@@ -124,12 +115,19 @@ def start_torch_service(settings: EngineSettings) -> GenerationService:
         loaded.max_model_len,
         settings.max_batch_size,
     )
+    return front_door(settings, loaded.tokenizer, scheduler, engine.vocab_size, loaded.max_model_len)
+
+
+def front_door(
+    settings: EngineSettings, tokenizer: Any, runner: Runner, vocab_size: int, max_model_len: int
+) -> GenerationService:
+    """The service in front of ``runner``: the model's chat template, the response pump if asked for."""
     return GenerationService(
-        loaded.tokenizer,
-        chat_template,
-        scheduler,
-        vocab_size=engine.vocab_size,
-        max_model_len=loaded.max_model_len,
+        tokenizer,
+        ChatTemplate(tokenizer, settings.chat_template),
+        runner,
+        vocab_size=vocab_size,
+        max_model_len=max_model_len,
         pump=response_pump(settings),
         max_admitting=settings.max_queue_size,
     )

@@ -31,15 +31,9 @@ import contextlib
 import functools
 import json
 import logging
-import os
-import signal
-import socket
 import statistics
 import subprocess
-import sys
-import threading
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +44,7 @@ from openai.types.chat import ChatCompletionChunk
 
 from backend.assembly import start_torch_service
 from backend.service import GenerationService
+from bench.harness import RecordingSink, RunningServer, start_server, stop_server
 from bench.reports import write_report
 from bench.tbt_overhead import random_checkpoint
 from llgtriton import wire
@@ -108,28 +103,9 @@ def generation(prompt: str, max_tokens: int, constrained: bool) -> wire.Generati
     )
 
 
-class EngineSink:
-    def __init__(self, timing: Timing) -> None:
-        self.timing = timing
-        self.done = threading.Event()
-        self.error: Exception | None = None
-
-    def send(self, output: wire.GenerationOutput, *, final: bool) -> None:
-        self.timing.observe(output)
-        if final:
-            self.done.set()
-
-    def fail(self, error: Exception) -> None:
-        self.error = error
-        self.done.set()
-
-    def is_cancelled(self) -> bool:
-        return False
-
-
 async def via_engine(service: GenerationService, request: wire.GenerationRequest, index: int) -> Timing:
     timing = Timing()
-    sink = EngineSink(timing)
+    sink = RecordingSink(on_output=timing.observe)
     service.submit(request, f"engine-{index}", sink)
     await asyncio.to_thread(sink.done.wait)
     if sink.error is not None:
@@ -300,87 +276,16 @@ async def closed_loop(send: Send, requests: Sequence[wire.GenerationRequest], co
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@dataclass(frozen=True)
-class Server:
-    pid: int
-    proxy_port: int
-    grpc_port: int
-
-
-READY_TIMEOUT_S = 600.0
-
-
-def start_llgtriton(argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """``python -m launcher.cli <argv>`` in its own session, its output in ``log``."""
-    with log.open("wb") as handle:
-        return subprocess.Popen(
-            [sys.executable, "-m", "launcher.cli", *argv],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            env=env,
-            start_new_session=True,
-        )
-
-
-def wait_until_ready(url: str, what: str, process: subprocess.Popen[bytes]) -> None:
-    """Until ``url`` answers 200; fails when ``process`` exits first or after ``READY_TIMEOUT_S``."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError(f"{what} did not become ready in {READY_TIMEOUT_S:.0f} s")
-
-
-def stop_llgtriton(process: subprocess.Popen[bytes]) -> None:
-    """Ctrl-C, as a user would; SIGKILL to its session after 60 s."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-
-
 @contextlib.contextmanager
-def running_server(out: Path, name: str, *extra: str) -> Iterator[Server]:
+def running_server(out: Path, name: str, *extra: str) -> Iterator[RunningServer]:
     """``llgtriton serve`` as ``make serve`` runs it (plus ``extra`` flags), on free ports, stopped with
-    Ctrl-C at the end.
-
-    Its log goes to ``out/<name>_server.log``, which is kept only when something fails.
-    """
+    Ctrl-C at the end. Its log goes to ``out/<name>_server.log``, kept only when something fails."""
     log = out / f"{name}_server.log"
-    proxy_port, http_port, grpc_port, metrics_port = (_free_port() for _ in range(4))
-    argv = [
-        "serve",
-        f"--proxy-port={proxy_port}",
-        f"--proxy-triton-url=127.0.0.1:{grpc_port}",
-        f"--triton-http-port={http_port}",
-        f"--triton-grpc-port={grpc_port}",
-        f"--triton-metrics-port={metrics_port}",
-        *extra,
-    ]
-    process = start_llgtriton(argv, log)
+    server = start_server(log, *extra)
     try:
-        try:
-            wait_until_ready(f"http://127.0.0.1:{proxy_port}/ready", "llgtriton serve", process)
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}; see {log}") from None
-        yield Server(process.pid, proxy_port, grpc_port)
+        yield server
     finally:
-        stop_llgtriton(process)
+        stop_server(server)
     log.unlink()
 
 

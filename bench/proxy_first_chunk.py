@@ -28,7 +28,8 @@ from typing import Any
 
 import httpx
 
-from bench.layers import ROOT, _free_port, quiet_logging, start_llgtriton, stop_llgtriton, wait_until_ready
+from bench.harness import ROOT, free_port, spawn, stop_process, wait_until_ready
+from bench.layers import quiet_logging
 from bench.raw_http import RawSsePool
 from bench.reports import write_report
 from llgtriton import wire
@@ -167,10 +168,11 @@ def segments(client_stamps: Sequence[dict[str, float]], proxy_marks: Sequence[di
 
 def measure(arguments: argparse.Namespace) -> dict[str, Any]:
     arguments.out.mkdir(parents=True, exist_ok=True)
-    http_port, grpc_port, metrics_port, proxy_port = (_free_port() for _ in range(4))
+    http_port, grpc_port, metrics_port, proxy_port = (free_port() for _ in range(4))
     triton_url = f"127.0.0.1:{grpc_port}"
     log = arguments.out / "proxy_first_chunk_triton.log"
-    triton = start_llgtriton(
+    triton = spawn(
+        log,
         [
             "triton",
             "--engine-engine=synthetic",
@@ -178,15 +180,14 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
             f"--triton-grpc-port={grpc_port}",
             f"--triton-metrics-port={metrics_port}",
         ],
-        log,
     )
     marks_path = arguments.out / "proxy_first_chunk_marks.json"
     proxy = None
     try:
-        wait_until_ready(f"http://127.0.0.1:{http_port}/v2/health/ready", "tritonserver", triton)
+        wait_until_ready(f"http://127.0.0.1:{http_port}/v2/health/ready", triton, log)
         command = [sys.executable, "-m", "bench.proxy_first_chunk", "--probe-proxy", str(proxy_port), triton_url]
         proxy = subprocess.Popen([*command, str(marks_path)], cwd=ROOT)
-        wait_until_ready(f"http://127.0.0.1:{proxy_port}/ready", "the probed proxy", proxy)
+        wait_until_ready(f"http://127.0.0.1:{proxy_port}/ready", proxy)
         # Each client warms up (20 requests, discarded with their marks) and then sends its requests.
         through_proxy(proxy_port, WARM_UP)
         httpx_stamps = through_proxy(proxy_port, arguments.requests)
@@ -197,7 +198,7 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
         if proxy is not None:
             proxy.send_signal(signal.SIGINT)
             proxy.wait(30)  # it writes its stamps as it stops
-        stop_llgtriton(triton)
+        stop_process(triton)
     marks = json.loads(marks_path.read_text())
     marks_path.unlink()
     log.unlink()

@@ -44,19 +44,8 @@ from typing import Any
 import jsonschema
 import openai
 
-from bench.layers import (
-    PROMPTS,
-    ROOT,
-    SCHEMA,
-    _free_port,
-    engine_flags,
-    engine_settings,
-    quiet_logging,
-    served_model,
-    start_llgtriton,
-    stop_llgtriton,
-    wait_until_ready,
-)
+from bench.harness import ROOT, free_port, spawn, stop_process, wait_until_ready
+from bench.layers import PROMPTS, SCHEMA, engine_flags, engine_settings, quiet_logging, served_model
 from launcher.triton_server import live_children
 
 logger = logging.getLogger("bench.replicas")
@@ -95,7 +84,7 @@ def replicas(gpus: Sequence[str], flags: Sequence[str], out: Path, work: Path) -
     started: list[Replica] = []
     try:
         for index, gpu in enumerate(gpus):
-            grpc_port, http_port, metrics_port = (_free_port() for _ in range(3))
+            grpc_port, http_port, metrics_port = (free_port() for _ in range(3))
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
             argv = [
                 "triton",
@@ -105,33 +94,32 @@ def replicas(gpus: Sequence[str], flags: Sequence[str], out: Path, work: Path) -
                 f"--engine-cache-dir={work / f'cache{index}'}",
                 *flags,
             ]
-            process = start_llgtriton(argv, out / f"triton{index}.log", env)
+            process = spawn(out / f"triton{index}.log", argv, env)
             started.append(Replica(gpu, grpc_port, http_port, metrics_port, process))
         for index, replica in enumerate(started):
-            wait_until_ready(
-                f"http://127.0.0.1:{replica.http_port}/v2/models/llm/ready", f"triton{index}", replica.process
-            )
+            ready = f"http://127.0.0.1:{replica.http_port}/v2/models/llm/ready"
+            wait_until_ready(ready, replica.process, out / f"triton{index}.log")
         yield started
     finally:
         for replica in started:
-            stop_llgtriton(replica.process)
+            stop_process(replica.process)
 
 
 @contextlib.contextmanager
 def proxy(urls: Sequence[str], model_name: str, out: Path, name: str) -> Iterator[int]:
-    port = _free_port()
+    port = free_port()
     argv = [
         "proxy",
         f"--proxy-port={port}",
         f"--proxy-triton-url={','.join(urls)}",
         f"--proxy-served-model-name={model_name}",
     ]
-    process = start_llgtriton(argv, out / f"{name}.log")
+    process = spawn(out / f"{name}.log", argv)
     try:
-        wait_until_ready(f"http://127.0.0.1:{port}/ready", name, process)
+        wait_until_ready(f"http://127.0.0.1:{port}/ready", process, out / f"{name}.log")
         yield port
     finally:
-        stop_llgtriton(process)
+        stop_process(process)
 
 
 @dataclass

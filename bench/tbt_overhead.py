@@ -19,10 +19,9 @@ import json
 import logging
 import shutil
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +36,12 @@ from backend.masking import bitmask_applier
 from backend.model_loader import load_model
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
+from bench.harness import RecordingSink
 from bench.jsonschemabench import DEFAULT_DATA, load_schemas
 from bench.reports import write_report
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
 from llgtriton.settings import EngineSettings
-from llgtriton.wire import ChatMessage, GenerationOutput
+from llgtriton.wire import ChatMessage
 
 logger = logging.getLogger("bench.tbt_overhead")
 
@@ -136,27 +136,7 @@ class TimedProcessor(GuidanceLogitsProcessor):
         self.ahead_seconds.append(time.perf_counter() - started)
 
 
-@dataclass
-class TimingSink:
-    submitted: float = field(default_factory=time.perf_counter)
-    stamps: list[tuple[float, int]] = field(default_factory=list)
-    done: threading.Event = field(default_factory=threading.Event)
-    error: Exception | None = None
-
-    def send(self, output: GenerationOutput, *, final: bool) -> None:
-        self.stamps.append((time.perf_counter(), output.completion_tokens))
-        if final:
-            self.done.set()
-
-    def fail(self, error: Exception) -> None:
-        self.error = error
-        self.done.set()
-
-    def is_cancelled(self) -> bool:
-        return False
-
-
-def token_gaps(sink: TimingSink) -> list[float]:
+def token_gaps(sink: RecordingSink) -> list[float]:
     """Seconds per token between consecutive responses (a response may carry several tokens)."""
     gaps = []
     for (t0, n0), (t1, n1) in zip(sink.stamps, sink.stamps[1:], strict=False):
@@ -165,7 +145,7 @@ def token_gaps(sink: TimingSink) -> list[float]:
     return gaps
 
 
-def run_round(scheduler: Scheduler, requests: list[EngineRequest]) -> list[TimingSink]:
+def run_round(scheduler: Scheduler, requests: list[EngineRequest]) -> list[RecordingSink]:
     """Submit a burst of requests and wait for all of them.
 
     A constrained request's time to first token includes compiling its grammar (the scheduler
@@ -173,7 +153,7 @@ def run_round(scheduler: Scheduler, requests: list[EngineRequest]) -> list[Timin
     """
     sinks = []
     for request in requests:
-        sinks.append(TimingSink())
+        sinks.append(RecordingSink())
         scheduler.submit(request, sinks[-1])
     for sink in sinks:
         sink.done.wait()

@@ -1,44 +1,15 @@
-"""Helpers of the backend's tests: a sink that records a request's outputs, running requests to the end, and
-the model's own greedy continuation to compare with."""
+"""Helpers of the backend's tests: running requests to the end (the recording sink is ``bench.harness``'s),
+and the model's own greedy continuation to compare with."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
 
 from backend.requests import EngineRequest
 from backend.scheduler import Scheduler
-from llgtriton.wire import GenerationOutput
-
-
-class RecordingSink:
-    def __init__(self, cancel_after: int | None = None) -> None:
-        self.outputs: list[GenerationOutput] = []
-        self.error: Exception | None = None
-        self.done = threading.Event()
-        self._cancel_after = cancel_after
-
-    def send(self, output: GenerationOutput, *, final: bool) -> None:
-        assert not self.done.is_set(), "a response after the final one"
-        self.outputs.append(output)
-        if final:
-            self.done.set()
-
-    def fail(self, error: Exception) -> None:
-        self.error = error
-        self.done.set()
-
-    def is_cancelled(self) -> bool:
-        return self._cancel_after is not None and len(self.outputs) >= self._cancel_after
-
-    def wait(self) -> None:
-        assert self.done.wait(120), "the request never finished"
-
-    @property
-    def text(self) -> str:
-        return "".join(o.text for o in self.outputs)
+from bench.harness import RecordingSink
 
 
 def run(scheduler: Scheduler, *requests: EngineRequest) -> list[RecordingSink]:

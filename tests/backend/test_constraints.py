@@ -20,9 +20,9 @@ from backend.errors import InvalidRequest, Unavailable
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
+from bench.harness import RecordingSink
 from llgtriton.guides import grammar_for
 from llgtriton.wire import ChatMessage, FinishReason, GuideType
-from tests.backend.recording import RecordingSink
 from tests.backend.recording import run as generate
 
 GREEDY = SamplingParams(temperature=0.0)

@@ -15,8 +15,9 @@ from backend.requests import EngineRequest, LogitsPostProcessor, SamplingParams
 from backend.scheduler import Scheduler
 from backend.slot_engine import SlotEngine
 from backend.torch_engine import TorchEngine
+from bench.harness import RecordingSink
 from llgtriton.wire import FinishReason, GenerationOutput
-from tests.backend.recording import RecordingSink, run
+from tests.backend.recording import run
 
 GREEDY = SamplingParams(temperature=0.0)
 

@@ -12,8 +12,8 @@ from backend.errors import InvalidRequest, Unavailable
 from backend.requests import EngineRequest, ResponseSink
 from backend.service import GenerationService
 from backend.telemetry import StepCounters
+from bench.harness import RecordingSink
 from llgtriton.wire import GenerationRequest
-from tests.backend.recording import RecordingSink
 
 
 class GatedTokenizer:

@@ -26,11 +26,10 @@ from backend.model_loader import checkpoint_path
 from backend.service import GenerationService
 from backend.trtllm import hooks
 from backend.trtllm.model_files import ModelFilesError
+from bench.harness import ROOT, RecordingSink
 from launcher.cli import main as cli_main
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import ChatMessage, FinishReason, GenerationRequest, GuideType
-from tests.backend.recording import RecordingSink
-from tests.harness import ROOT
 
 FAKES = ROOT / "tests" / "fakes"
 SCHEMA = {

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from backend.kernels.launch_policy import LaunchPlan, PolicySettings
+from bench.harness import ROOT
 from bench.mask_kernel import (
     MASK_KINDS,
     DeviceEvent,
@@ -20,7 +21,6 @@ from bench.mask_kernel import (
     parse_variant,
 )
 from bench.plot_mask_kernel import KINDS, markdown
-from tests.harness import ROOT
 
 
 def h100_report() -> dict[str, Any]:

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from bench.harness import ROOT
 from bench.layers import SHIPPED_DATA, layer_requests, perf_analyzer_data, perf_analyzer_figures
 from llgtriton import wire
-from tests.harness import ROOT
 
 SHIPPED = ROOT / "bench" / "perf_analyzer"
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.harness import RunningServer
+from bench.harness import RunningServer
 
 
 @pytest.fixture(scope="module")

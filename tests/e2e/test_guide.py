@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import RunningServer
+from bench.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from bench.harness import RunningServer
 from bench.hostile import (
     MODEL,
     NORMAL,
@@ -21,7 +22,6 @@ from bench.hostile import (
     proxy_attack,
     triton_attack,
 )
-from tests.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.harness import RunningServer
+from bench.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

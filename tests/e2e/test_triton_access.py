@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from bench.harness import RunningServer, start_server, stop_server
 from bench.hostile import NORMAL, TritonAttack, triton_attack
 from llgtriton.wire import ADMIN_KEY_HEADER, INFERENCE_KEY_HEADER
-from tests.harness import RunningServer, start_server, stop_server
 
 pytestmark = pytest.mark.e2e
 

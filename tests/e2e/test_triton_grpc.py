@@ -11,7 +11,7 @@ import openai
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.harness import RunningServer
+from bench.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.harness import ROOT
 from llgtriton import wire
-from tests.harness import ROOT
 
 CONFIG_PBTXT = ROOT / "model_repository" / "llm" / "config.pbtxt"
 
