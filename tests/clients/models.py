@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Unit(StrEnum):
@@ -24,6 +24,10 @@ class WeatherQuery(BaseModel):
 
 
 class Person(BaseModel):
+    # Closed (additionalProperties: false): guidance samples at the server's default temperature, and
+    # an open object lets a sampled answer run past its max_tokens.
+    model_config = ConfigDict(extra="forbid")
+
     name: str = Field(max_length=20)
     age: int = Field(ge=0, le=150)
 

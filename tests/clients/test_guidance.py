@@ -29,7 +29,7 @@ def test_regex_gen(lm: VLLMModel) -> None:
     with user():
         lm += "What is 6 times 7?"
     with assistant():
-        lm += "The answer is " + gen(regex="[0-9]{1,3}", name="number")
+        lm += "The answer is " + gen(regex="[0-9]{1,3}", name="number", temperature=0)
     assert lm["number"].isdigit()
 
 
@@ -37,5 +37,5 @@ def test_json(lm: VLLMModel) -> None:
     with user():
         lm += "Ann is 31 years old. Describe her as JSON."
     with assistant():
-        lm += guidance.json(name="person", schema=Person, max_tokens=120)
+        lm += guidance.json(name="person", schema=Person, temperature=0, max_tokens=120)
     Person.model_validate(json.loads(lm["person"]))

@@ -29,6 +29,7 @@ def test_the_stream_helper_returns_the_model(client: openai.OpenAI, model: str) 
         messages=[{"role": "user", "content": PROMPT}],
         response_format=Person,
         max_tokens=MAX_TOKENS,
+        temperature=0,
     ) as stream:
         kinds = {event.type for event in stream}
         final = stream.get_final_completion()
@@ -95,6 +96,7 @@ def test_streamed_tool_calls_accumulate(client: openai.OpenAI, model: str) -> No
         tools=[openai.pydantic_function_tool(WeatherQuery)],
         tool_choice="required",
         max_tokens=MAX_TOKENS,
+        temperature=0,
     ) as stream:
         done = [event for event in stream if event.type == "tool_calls.function.arguments.done"]
         final = stream.get_final_completion()
@@ -110,6 +112,7 @@ def test_a_call_cut_short_is_still_a_call(client: openai.OpenAI, model: str) -> 
         tools=[openai.pydantic_function_tool(WeatherQuery)],
         tool_choice="required",
         max_tokens=8,
+        temperature=0,
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "length"
