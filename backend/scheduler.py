@@ -37,7 +37,7 @@ from backend.constraints import Guidance
 from backend.detokenizer import Decoder
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
-from backend.output_stream import OutputStream, deliver, deliver_failure, is_cancelled
+from backend.output_stream import OutputStream, TokenHistory, deliver, deliver_failure, is_cancelled
 from backend.requests import EngineRequest, ResponseSink
 from backend.sampling import (
     apply_logit_bias,
@@ -249,7 +249,7 @@ class Scheduler:
             processor(
                 [seq.seq_id for seq, _ in constrained],
                 [row.view(1, 1, -1) for _, row in constrained],
-                [[[*seq.request.prompt_ids, *seq.generated]] for seq, _ in constrained],
+                [[TokenHistory(seq.request.prompt_ids, seq.generated)] for seq, _ in constrained],
                 self._engine.stream_ptr,
                 [seq.seq_id for seq, _ in constrained],
             )
@@ -304,7 +304,7 @@ class Scheduler:
                 continue
             try:
                 if request.logits_processor is not None:
-                    token_ids = [[*request.prompt_ids, *seq.generated]]
+                    token_ids = [[*request.prompt_ids, *seq.generated]]  # a user hook gets a real list
                     view = logits.view(1, 1, -1)
                     request.logits_processor(seq.seq_id, view, token_ids, self._engine.stream_ptr, seq.seq_id)
                 apply_logit_bias(logits, request.sampling.logit_bias)
