@@ -48,7 +48,7 @@ class TokenHistory(Sequence[int]):
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             if step == 1 and start >= prompt:  # the usual read: the tail, all generated
-                return list(self._generated[start - prompt : stop - prompt])
+                return list(self._generated[start - prompt : max(start, stop) - prompt])
             return [self[i] for i in range(start, stop, step)]
         if index < 0:
             index += len(self)

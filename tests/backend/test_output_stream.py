@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.output_stream import TokenHistory
@@ -11,6 +11,7 @@ from backend.output_stream import TokenHistory
 TOKENS = st.lists(st.integers(0, 50000), max_size=12)
 
 
+@settings(max_examples=500, deadline=None)
 @given(TOKENS, TOKENS, st.integers(-15, 30), st.integers(-15, 30), st.sampled_from([None, 1, 2, -1]))
 def test_it_reads_as_the_joined_list(
     prompt: list[int], generated: list[int], start: int, stop: int, step: int | None
@@ -22,6 +23,11 @@ def test_it_reads_as_the_joined_list(
     assert history[start:stop:step] == joined[start:stop:step]
     for index in range(-len(joined), len(joined)):
         assert history[index] == joined[index]
+
+
+def test_an_empty_slice_past_the_prompt_is_empty() -> None:
+    """(Found by hypothesis: a stop before the start must not wrap around the generated tokens.)"""
+    assert TokenHistory((0,), [0, 0])[1:0] == []
 
 
 def test_it_sees_tokens_generated_after_it_was_made_and_refuses_indexes_past_the_end() -> None:
