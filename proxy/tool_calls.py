@@ -8,7 +8,6 @@ is complete and its arguments as they are generated.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import uuid
@@ -24,6 +23,9 @@ from proxy.tools import TOOL_CALL_MARKER, ToolMode, ToolPlan
 _NAME = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 _NAME_SO_FAR = re.compile(r'\{\s*"name"\s*:\s*"([A-Za-z0-9_-]*)$')
+# Past this many characters an element can no longer be a call's head (a 64-character name and the
+# whitespace JSON_OPTIONS allows around six tokens): the reader stops looking for one.
+_HEAD_MAX_CHARS = 512
 
 
 def new_call_id() -> str:
@@ -61,6 +63,14 @@ class JsonArraySplitter:
         """The element being written, so far ("" between elements)."""
         return "".join(self._current)
 
+    @property
+    def current_length(self) -> int:
+        return len(self._current)
+
+    def current_from(self, start: int) -> str:
+        """The element being written, from character ``start`` on (what a stream has not read yet)."""
+        return "".join(self._current[start:])
+
     def feed(self, text: str) -> Iterator[str]:
         for char in text:
             if self._depth >= 2 or (self._depth == 1 and char not in ",] \n\t\r"):
@@ -97,17 +107,37 @@ def _name(literal: str) -> str:
 
 
 class CallListReader:
-    """The calls in a JSON list of ``{"name", "arguments"}`` objects, as its text streams in."""
+    """The calls in a JSON list of ``{"name", "arguments"}`` objects, as its text streams in.
+
+    Linear in the text: once a call's head (its name and the ``"arguments":`` key) is read, each
+    feed reads only the characters after the ones already sent.
+    """
 
     def __init__(self, names: Sequence[str]) -> None:
         self._names = names
         self._splitter = JsonArraySplitter()
-        self._open = False  # the last of ``calls`` is still being written
-        self.calls: list[ParsedCall] = []
+        self._ids: list[str] = []
+        self._call_names: list[str] = []
+        self._arguments: list[list[str]] = []  # each call's arguments, as the pieces sent
+        self._open = False  # the last call is still being written
+        self._sent = 0  # characters of the open call's arguments sent
+        self._arguments_at: int | None = None  # where the open call's arguments start in its element
+
+    @property
+    def count(self) -> int:
+        """Calls begun so far."""
+        return len(self._ids)
+
+    @property
+    def calls(self) -> list[ParsedCall]:
+        return [
+            ParsedCall(name, "".join(pieces), call_id)
+            for name, pieces, call_id in zip(self._call_names, self._arguments, self._ids, strict=True)
+        ]
 
     def feed(self, text: str) -> list[CallPiece]:
         pieces = [piece for element in self._splitter.feed(text) for piece in self._complete(element)]
-        return pieces + self._progress(self._splitter.current)
+        return pieces + self._progress()
 
     def finish(self) -> list[CallPiece]:
         """A call cut short inside its name still names its function when only one function's name fits."""
@@ -118,35 +148,49 @@ class CallListReader:
         return self._advance(fitting[0], "") if len(fitting) == 1 else []
 
     def _complete(self, element: str) -> list[CallPiece]:
-        head = _HEAD.match(element)
-        if head is not None:
-            pieces = self._advance(_name(head[1]), element[head.end() : -1].rstrip())
+        head = _HEAD.match(element) if self._arguments_at is None else None
+        if self._arguments_at is not None:
+            pieces = self._advance(self._call_names[-1], element[self._arguments_at : -1].rstrip()[self._sent :])
+        elif head is not None:
+            pieces = self._advance(_name(head[1]), element[head.end() : -1].rstrip()[self._sent :])
         else:  # written some other way: the call, if it is one, as JSON reads it
             item = _json_or_none(element)
             is_call = isinstance(item, dict) and isinstance(item.get("name"), str) and "arguments" in item
             pieces = self._advance(item["name"], json.dumps(item["arguments"], ensure_ascii=False)) if is_call else []
-        self._open = False
+        self._open, self._sent, self._arguments_at = False, 0, None
         return pieces
 
-    def _progress(self, current: str) -> list[CallPiece]:
-        head = _HEAD.match(current)
-        if head is not None:
-            # Trailing whitespace waits: it may separate the arguments from the call's closing brace.
-            return self._advance(_name(head[1]), current[head.end() :].rstrip())
-        named = _NAME.match(current)
-        return self._advance(_name(named[1]), "") if named is not None else []
+    def _progress(self) -> list[CallPiece]:
+        splitter = self._splitter
+        if self._arguments_at is None:
+            if splitter.current_length > _HEAD_MAX_CHARS:  # no head is this long: read it when complete
+                return []
+            current = splitter.current
+            head = _HEAD.match(current)
+            if head is None or head.end() == len(current):  # (more whitespace may come before the arguments)
+                named = _NAME.match(current)
+                return self._advance(_name(named[1]), "") if named is not None else []
+            self._arguments_at = head.end()
+            name = _name(head[1])
+        else:
+            name = self._call_names[-1]
+        # Trailing whitespace waits: it may separate the arguments from the call's closing brace.
+        return self._advance(name, splitter.current_from(self._arguments_at + self._sent).rstrip())
 
-    def _advance(self, name: str, arguments: str) -> list[CallPiece]:
-        """The pieces that bring the open call (opened here if need be) to ``arguments``."""
+    def _advance(self, name: str, new: str) -> list[CallPiece]:
+        """The pieces that open a call named ``name`` (unless it is open) and send ``new`` arguments."""
         if not self._open:
             self._open = True
-            self.calls.append(ParsedCall(name, arguments))
-            return [CallPiece(len(self.calls) - 1, arguments, self.calls[-1].id, name)]
-        sent = self.calls[-1].arguments
-        if len(arguments) <= len(sent):
+            self._ids.append(new_call_id())
+            self._call_names.append(name)
+            self._arguments.append([new] if new else [])
+            self._sent = len(new)
+            return [CallPiece(len(self._ids) - 1, new, self._ids[-1], name)]
+        if not new:
             return []
-        self.calls[-1] = dataclasses.replace(self.calls[-1], arguments=arguments)
-        return [CallPiece(len(self.calls) - 1, arguments[len(sent) :])]
+        self._arguments[-1].append(new)
+        self._sent += len(new)
+        return [CallPiece(len(self._ids) - 1, new)]
 
 
 def parse_calls(plan: ToolPlan, text: str) -> list[ParsedCall] | None:
@@ -189,7 +233,7 @@ class ToolCallStream:
         """Calls begun so far."""
         if self._plan.mode is ToolMode.NAMED:
             return int(self._named_started)
-        return len(self._reader.calls)
+        return self._reader.count
 
     def feed(self, text: str) -> list[ChatDelta]:
         if not self._decided:
