@@ -51,8 +51,9 @@ from backend.kernels.launch_policy import (
     LaunchPlan,
     LaunchPolicy,
     PolicySettings,
+    element_bytes,
 )
-from backend.kernels.mask_probe import MaskDensityProbe
+from backend.kernels.mask_probe import DENSE, MaskDensityProbe
 
 KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
 _MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
@@ -428,14 +429,14 @@ class CudaBitmaskApplier:
     def _launch_groups(self, launch: Launch, stream_ptr: int) -> None:
         """One launch per row group, each with the launch's blocks per row (the parameters are copied at
         each launch, so they are set anew for every group)."""
-        element = 4 if "f32" in launch.kernel else 2
+        element = element_bytes(launch.kernel)
         rows_address, base, masks = self._param_rows.value, self._param_base.value, self._param_masks.value
         try:
             for first, count in launch.groups:
                 self._param_rows.value = rows_address + first * 8
                 self._param_base.value = base + first * self._row_stride * element
                 self._param_masks.value = masks + first * self.words * 4
-                self._param_prefetch.value = int(self.policy.prefetches(launch.kernel, count, "dense"))
+                self._param_prefetch.value = int(self.policy.prefetches(launch.kernel, count, DENSE))
                 if self._launch_kernel(
                     self._kernel_function(launch.kernel),
                     launch.blocks,

@@ -155,7 +155,7 @@ def scan_blocks(pieces: int, warps_per_block: int, resident_blocks: int, warp_pi
     return max(1, min(resident_blocks, (pieces + per_block - 1) // per_block))
 
 
-def _element_bytes(kernel: str) -> int:
+def element_bytes(kernel: str) -> int:
     """Bytes per logit of a kernel, from its name."""
     return 4 if "f32" in kernel else 2
 
@@ -179,7 +179,7 @@ def patchy_launch(
             return name, DENSE
         return (scatter, DENSE) if rows <= scatter_max_rows else (name, SPARSE)
     words = _PATCHY_WORDS_KERNELS.get(name)
-    if words is not None and rows * vocab * _element_bytes(name) <= words_max_bytes:
+    if words is not None and rows * vocab * element_bytes(name) <= words_max_bytes:
         return words, None
     chunks = (vocab + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
     if name in _PATCHY_DENSE_KERNELS and rows * chunks <= dense_max_chunks:
@@ -362,7 +362,7 @@ class LaunchPolicy:
 
     def _logits_bytes(self, name: str, rows: int) -> int:
         """Bytes of logits a launch of kernel ``name`` over ``rows`` rows masks."""
-        return rows * self.vocab_size * _element_bytes(name)
+        return rows * self.vocab_size * element_bytes(name)
 
     # Grids -------------------------------------------------------------------------------------
 
