@@ -260,7 +260,14 @@ class Scheduler:
         if sink.is_cancelled():
             deliver(sink, GenerationOutput(text="", prompt_tokens=len(request.prompt_ids)), final=True)
             return None
-        prompt_logprobs = self._score(request) if request.prompt_logprobs is not None else None
+        prompt_logprobs = None
+        if request.prompt_logprobs is not None:
+            try:
+                prompt_logprobs = self._score(request)
+            except Exception as exc:  # scoring fails its own request, never the step
+                logger.exception("scoring the prompt of request %s failed", request.request_id)
+                deliver_failure(sink, BackendError(f"scoring the prompt failed: {exc}"))
+                return None
         seq_id = next(self._ids)
         detokenizer, stop_filter = OutputStream.parts(request, self._decoder)
         if request.max_tokens == 0:  # scoring only: nothing to generate

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 import torch
 
-from backend.engine import Engine
-from backend.errors import InvalidRequest, Unavailable
+from backend.engine import Engine, PromptScores
+from backend.errors import BackendError, InvalidRequest, Unavailable
 from backend.requests import EngineRequest, LogitsPostProcessor, SamplingParams
 from backend.scheduler import Scheduler
 from backend.slot_engine import SlotEngine
@@ -239,3 +239,24 @@ def test_scoring_does_not_change_what_is_generated(scheduler: Scheduler, tokeniz
     assert scored.text == plain.text
     prompt_logprobs = scored.outputs[0].prompt_logprobs
     assert prompt_logprobs is not None and all(entry.top == () for entry in prompt_logprobs.rest)
+
+
+class ScoringFails(TorchEngine):
+    def score_prompt(self, prompt: Sequence[int], top: int) -> PromptScores:
+        raise RuntimeError("out of memory")
+
+
+def test_a_prompt_that_fails_to_score_fails_only_its_own_request(loaded_model: Any, tokenizer: Any) -> None:
+    engine = ScoringFails(loaded_model.model, torch.device("cpu"))
+    running = Scheduler(engine, loaded_model.tokenizer, loaded_model.eos_token_ids, max_batch_size=2, max_model_len=512)
+    running.start()
+    try:
+        plain, scored = run(
+            running,
+            request(tokenizer, "Once upon a time", max_tokens=6),
+            request(tokenizer, "The sky is", max_tokens=6, prompt_logprobs=1),
+        )
+    finally:
+        running.shutdown()
+    assert plain.error is None and plain.outputs[-1].completion_tokens == 6
+    assert isinstance(scored.error, BackendError) and "scoring the prompt failed" in str(scored.error)
