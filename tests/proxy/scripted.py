@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
@@ -42,10 +43,16 @@ class ScriptedClient:
     async def generate(self, request: wire.GenerationRequest, request_id: str) -> AsyncGenerator[wire.GenerationOutput]:
         self.requests.append(request)
         self.request_ids.append(request_id)
-        for index, output in enumerate(self.outputs):
+        for index, scripted in enumerate(self.outputs):
+            output = scripted
             if self.error is not None and index == self.error_after:
                 raise self.error
             await asyncio.sleep(0)
+            if index == 0 and request.prompt_logprobs and output.prompt_logprobs is None:
+                # as the backend does: the prompt's scored tokens come with the first output when asked
+                count = len(request.prompt_token_ids or ()) or 1
+                scored = tuple(wire.TokenLogprob(b"t", -1.0) for _ in range(count - 1))
+                output = dataclasses.replace(output, prompt_logprobs=wire.PromptLogprobs(b"t", scored))
             yield output
         if self.error is not None and self.error_after >= len(self.outputs):
             raise self.error
