@@ -1,15 +1,17 @@
 """llguidance in the logits post-processor: one matcher per request, masks for the batch at once.
 
-:class:`GuidanceLogitsProcessor` has TensorRT-LLM's *batched* logits post-processor signature
-``(req_ids, logits, token_ids, stream_ptr, client_ids)`` and keys its state by client id, so the
-same object serves the torch engine's step loop and TensorRT-LLM's executor. Each call consumes
-the tokens sampled since the last call, computes every row's mask with llguidance's parallel
-API (GIL released), and applies it. It never raises: a matcher that fails gets an EOS-only mask,
-and the failure is kept for the scheduler to end that request with an error.
+:class:`GuidanceLogitsProcessor` keys its state by client id and masks a whole step at once:
+:meth:`~GuidanceLogitsProcessor.mask` takes the step's ``[B, V]`` logits and each row's id,
+computes the rows' masks with llguidance's parallel API (GIL released) and applies them in one
+launch. A matcher that fails gets an EOS-only mask, and the failure is kept for the scheduler
+to end that request with an error.
 
-An engine that knows the sampled tokens before its next forward pass (the torch engine's step
-loop) calls :meth:`GuidanceLogitsProcessor.prefetch`: the tokens are consumed and the next masks
-computed on a worker thread while the forward pass runs, and the next call only applies them.
+The tokens reach the matchers ahead of the masks. The torch engine's step loop knows them
+before its next forward pass and calls :meth:`~GuidanceLogitsProcessor.prefetch`: they are
+consumed and the next masks computed on a worker thread while the forward pass runs, and
+``mask`` only applies them. TensorRT-LLM's batched hook (one tensor and one whole token list per
+request) adapts at its edge, ``backend/trtllm/hooks.py``, through
+:meth:`~GuidanceLogitsProcessor.consume`.
 """
 
 from __future__ import annotations
@@ -214,8 +216,14 @@ class GuidanceLogitsProcessor:
         self._prefetched = None
         try:
             future.result()
-        except Exception:  # _fill records errors per request; this is a bug in the worker itself
+        except Exception as exc:  # _fill records errors per request; this is a bug in the worker itself
+            # Whether the worker consumed the tokens is unknown: a matcher that lags its request
+            # would mask wrongly, so these requests may only end.
             logger.exception("computing masks ahead failed")
+            for cid in ids:
+                state = self._states.get(cid)
+                if state is not None:
+                    state.error = state.error or f"computing the token masks failed: {short(str(exc))}"
             return ()
         return ids
 
@@ -226,26 +234,46 @@ class GuidanceLogitsProcessor:
     def is_constrained(self, client_id: int) -> bool:
         return client_id in self._states
 
-    def __call__(
-        self,
-        req_ids: Sequence[int],
-        logits: Sequence[torch.Tensor],
-        token_ids: Sequence[Sequence[Sequence[int]]],
-        stream_ptr: int,
-        client_ids: Sequence[int | None],
+    def consume(self, client_id: int, tokens: Sequence[int]) -> None:
+        """Bring a request's matcher up to date with ``tokens``, the request's whole token list
+        (TensorRT-LLM's shape); only the tokens it has not seen are read."""
+        state = self._states.get(client_id)
+        if state is None:
+            return
+        new = tokens[state.consumed :]
+        state.consumed = len(tokens)
+        if state.error is not None or not new:
+            return
+        if not state.matcher.consume_tokens(list(new)):
+            state.error = f"the constraint rejected a token: {short(state.matcher.get_error())}"
+
+    def mask(
+        self, logits: torch.Tensor | Sequence[torch.Tensor], client_ids: Sequence[int | None], stream_ptr: int
     ) -> None:
+        """Mask each constrained row of a step with its request's next mask.
+
+        ``logits`` is the step's ``[B, V]`` tensor, or one tensor per request; row ``i`` belongs to
+        ``client_ids[i]`` (None, or a request without a constraint: left alone). Every token a
+        request sampled must have reached its matcher first, through :meth:`prefetch` or
+        :meth:`consume`. Masks the worker computed ahead for these requests are used as they are.
+        """
         ready = self._wait_for_prefetch()
-        rows = [(row, cid, self._states.get(cid)) for row, cid in enumerate(client_ids) if cid is not None]
-        active = [(row, cid, state) for row, cid, state in rows if state is not None]
-        if not active:
+        rows: list[int] = []
+        states: list[_MatcherState] = []
+        for row, cid in enumerate(client_ids):
+            state = self._states.get(cid) if cid is not None else None
+            if state is not None:
+                rows.append(row)
+                states.append(state)
+        if not rows:
             return
         # Rows the worker already computed (the same requests, in the same order) are reused.
-        done = len(ready) if tuple(cid for _, cid, _ in active[: len(ready)]) == ready else 0
-        for row, _, state in active[done:]:
-            self._consume(state, token_ids[row][0])
-        masks = self._applier.host_masks(len(active))
-        self._fill([state for _, _, state in active[done:]], masks, done)
-        self._applier.apply([logits[row] for row, _, _ in active], stream_ptr)
+        done = len(ready) if tuple(client_ids[row] for row in rows[: len(ready)]) == ready else 0
+        self._fill(states[done:], self._applier.host_masks(len(rows)), done)
+        if isinstance(logits, torch.Tensor):
+            self._applier.apply(logits, stream_ptr, rows=None if len(rows) == logits.shape[0] else rows)
+        else:
+            self._applier.apply([logits[row] for row in rows], stream_ptr)
 
     def _fill(self, states: Sequence[_MatcherState], masks: torch.Tensor, first: int) -> None:
         """Masks of ``states`` into rows ``first``.. of ``masks``; EOS-only for failed matchers."""
@@ -264,15 +292,6 @@ class GuidanceLogitsProcessor:
                 state.error = f"the constraint failed while computing the next mask: {short(state.matcher.get_error())}"
             if state.error is not None:
                 masks[first + index] = self._eos_only
-
-    @staticmethod
-    def _consume(state: _MatcherState, tokens: Sequence[int]) -> None:
-        new = tokens[state.consumed :]
-        state.consumed = len(tokens)
-        if state.error is not None or not new:
-            return
-        if not state.matcher.consume_tokens(list(new)):
-            state.error = f"the constraint rejected a token: {short(state.matcher.get_error())}"
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,16 @@ class BitmaskApplier(Protocol):
 
     def host_masks(self, rows: int) -> torch.Tensor: ...
 
-    def apply(self, logits: Sequence[torch.Tensor], stream_ptr: int) -> None:
-        """Mask tensor ``i`` of ``logits`` (each one row, ``[1, ..., 1, vocab_size]``, one per request)
-        with row ``i`` of ``host_masks``; a tensor of several rows is refused (``ValueError``)."""
+    def apply(
+        self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, rows: Sequence[int] | None = None
+    ) -> None:
+        """Mask row ``i`` of ``logits`` with row ``i`` of ``host_masks``, in place.
+
+        ``logits`` is one tensor ``[..., vocab_size]`` whose leading dimensions are the rows (an
+        engine's step), of which ``rows`` picks those to mask (row ``rows[i]`` gets mask ``i``;
+        None: every row), or one tensor per request, each one row ``[1, ..., 1, vocab_size]``
+        (TensorRT-LLM's shape); a tensor of several rows there is refused (``ValueError``).
+        """
         ...
 
 
@@ -54,7 +61,23 @@ class CpuBitmaskApplier:
             self._masks = torch.full((rows, self._masks.shape[1]), -1, dtype=torch.int32)
         return self._masks[:rows]
 
-    def apply(self, logits: Sequence[torch.Tensor], stream_ptr: int) -> None:
+    def apply(
+        self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, rows: Sequence[int] | None = None
+    ) -> None:
+        if isinstance(logits, torch.Tensor):
+            if logits.shape[-1] != self.vocab_size:
+                raise ValueError(f"logits must be [..., {self.vocab_size}], not {list(logits.shape)}")
+            flat = logits.view(-1, self.vocab_size)  # a view: the masking stays in place
+            if rows is None:
+                apply_token_bitmask_cpu(flat, self._masks[: flat.shape[0]])
+            else:
+                chosen = torch.as_tensor(list(rows), dtype=torch.long)
+                flat[chosen] = flat[chosen].masked_fill(
+                    ~allowed_tokens(self._masks[: len(rows)], self.vocab_size), float("-inf")
+                )
+            return
+        if rows is not None:
+            raise ValueError("rows choose rows of one tensor; pick the tensors of a sequence instead")
         for index, row in enumerate(logits):
             if row.shape[-1] != self.vocab_size or row.numel() != self.vocab_size:  # the CUDA applier's contract too
                 raise ValueError(f"logits row {index} must be one row [..., {self.vocab_size}], not {list(row.shape)}")

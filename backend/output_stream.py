@@ -8,9 +8,8 @@ released its resources.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import overload
 
 from backend.detokenizer import Decoder, IncrementalDetokenizer
 from backend.requests import EngineRequest, ResponseSink
@@ -18,43 +17,6 @@ from backend.stop_strings import StopStringFilter
 from llgtriton.wire import FinishReason, GenerationOutput, PromptLogprobs, TokenLogprob
 
 logger = logging.getLogger(__name__)
-
-
-class TokenHistory(Sequence[int]):
-    """A sequence's prompt and generated tokens, read as one list without copying them.
-
-    TensorRT-LLM's post-processor signature hands each row its whole token list every step; the
-    processors read only what is new (a slice from where they left off). Building that list
-    would copy the whole context per row per step.
-    """
-
-    __slots__ = ("_generated", "_prompt")
-
-    def __init__(self, prompt: Sequence[int], generated: Sequence[int]) -> None:
-        self._prompt = prompt
-        self._generated = generated
-
-    def __len__(self) -> int:
-        return len(self._prompt) + len(self._generated)
-
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[int]: ...
-
-    def __getitem__(self, index: int | slice) -> int | list[int]:
-        prompt = len(self._prompt)
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step == 1 and start >= prompt:  # the usual read: the tail, all generated
-                return list(self._generated[start - prompt : max(start, stop) - prompt])
-            return [self[i] for i in range(start, stop, step)]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("token index out of range")
-        return self._prompt[index] if index < prompt else self._generated[index - prompt]
 
 
 def deliver(sink: ResponseSink, output: GenerationOutput, *, final: bool) -> None:

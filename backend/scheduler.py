@@ -37,7 +37,7 @@ from backend.constraints import Guidance
 from backend.detokenizer import Decoder
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
-from backend.output_stream import OutputStream, TokenHistory, deliver, deliver_failure, is_cancelled
+from backend.output_stream import OutputStream, deliver, deliver_failure, is_cancelled
 from backend.requests import EngineRequest, ResponseSink
 from backend.sampling import (
     apply_logit_bias,
@@ -204,18 +204,24 @@ class Scheduler:
             if is_cancelled(seq.sink, seq.request.request_id):
                 self._finish_cancelled(seq)
         decoding = [seq for seq in self._running if seq.generated]
-        rows: list[tuple[_Sequence, torch.Tensor]] = []
+        step: list[_Sequence] = []
+        parts: list[torch.Tensor] = []
         if decoding:
-            logits = self._engine.decode([s.seq_id for s in decoding], [s.generated[-1] for s in decoding])
-            rows.extend(zip(decoding, logits, strict=True))
+            parts.append(self._engine.decode([s.seq_id for s in decoding], [s.generated[-1] for s in decoding]))
+            step.extend(decoding)
             if self._engine.decode_is_queued:
                 self._compute_masks_ahead()  # the worker runs while the GPU runs the forward pass just queued
         joined = [seq for seq in map(self._admit, admitted) if seq is not None]
         if joined:  # every prompt admitted this step, in as few forward passes as the engine can
-            logits = self._engine.prefill([seq.seq_id for seq in joined], [seq.request.prompt_ids for seq in joined])
-            rows.extend(zip(joined, logits, strict=True))
+            parts.append(
+                self._engine.prefill([seq.seq_id for seq in joined], [seq.request.prompt_ids for seq in joined])
+            )
+            step.extend(joined)
+        # One [rows, V] tensor for the step; decode and prefill meet only on the steps that admit.
+        logits = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else None
+        rows = list(zip(step, logits, strict=True)) if logits is not None else []
         masking_started = time.perf_counter()
-        constrained = self._constrain(rows)
+        constrained = self._constrain(step, logits) if logits is not None else 0
         masking_seconds = time.perf_counter() - masking_started if constrained else 0.0
         for seq, token in self._sample(rows):
             self._advance(seq, token)
@@ -239,21 +245,16 @@ class Scheduler:
         if ahead:
             processor.prefetch([seq.seq_id for seq in ahead], [seq.generated[-1] for seq in ahead])
 
-    def _constrain(self, rows: list[tuple[_Sequence, torch.Tensor]]) -> int:
-        """One call of the batched logits post-processor for every constrained row; returns their count."""
+    def _constrain(self, step: list[_Sequence], logits: torch.Tensor) -> int:
+        """Mask the step's constrained rows in one call; returns their count."""
         if self._guidance is None:
             return 0
         processor = self._guidance.processor
-        constrained = [(seq, row) for seq, row in rows if processor.is_constrained(seq.seq_id)]
+        ids = [seq.seq_id if processor.is_constrained(seq.seq_id) else None for seq in step]
+        constrained = len(ids) - ids.count(None)
         if constrained:
-            processor(
-                [seq.seq_id for seq, _ in constrained],
-                [row.view(1, 1, -1) for _, row in constrained],
-                [[TokenHistory(seq.request.prompt_ids, seq.generated)] for seq, _ in constrained],
-                self._engine.stream_ptr,
-                [seq.seq_id for seq, _ in constrained],
-            )
-        return len(constrained)
+            processor.mask(logits, ids, self._engine.stream_ptr)
+        return constrained
 
     def _admit(self, waiting: _Waiting) -> _Sequence | None:
         request, sink = waiting.request, waiting.sink

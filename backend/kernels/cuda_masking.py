@@ -54,6 +54,7 @@ from backend.kernels.launch_policy import (
     element_bytes,
 )
 from backend.kernels.mask_probe import DENSE, MaskDensityProbe
+from backend.kernels.row_addresses import request_rows, tensor_rows
 
 KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
 _MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
@@ -65,6 +66,8 @@ _void_p = ctypes.c_void_p
 # the plan a chunked or small launch takes (LaunchPlan's value; None for the other kernels). (The
 # value, not the enum: hashing an enum member runs Python code, and a step looks its shape up.)
 _Shape = tuple[str, int, int, int, str | None]
+# A tensor's rows as a step hands them: address, shape, strides, dtype, the rows chosen (None: all).
+_TensorKey = tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype, tuple[int, ...] | None]
 
 
 class CudaBitmaskApplier:
@@ -137,7 +140,7 @@ class CudaBitmaskApplier:
         self.last_launch: Launch | None = None  # the launch of the latest step queued (for tests and benchmarks)
         self._primary_threads: set[int] = set()
         self._row_base, self._row_stride = 0, 0  # uniform rows: base + row * stride; stride 0: the array
-        self._last_tensor: tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype] | None = None
+        self._last_tensor: _TensorKey | None = None
         self._last_kernel = ""
         self._last_rows = 0
 
@@ -254,26 +257,38 @@ class CudaBitmaskApplier:
                     self._cuda.Context.pop()
         return self._masks[:rows]
 
-    def launch_plan(self, logits: Sequence[torch.Tensor] | torch.Tensor) -> LaunchPlan | None:
+    def launch_plan(
+        self, logits: Sequence[torch.Tensor] | torch.Tensor, rows: Sequence[int] | None = None
+    ) -> LaunchPlan | None:
         """The plan ``apply(logits, ...)`` would lay its launch out by, from a sample of the masks now
         in ``host_masks`` (None: that launch has one layout)."""
-        name, rows = self._set_pointers(logits, naive=False, check_only=True)
-        plan = self._plan(name, rows, naive=False) if rows else None
+        name, count = self._set_pointers(logits, naive=False, check_only=True, rows=rows)
+        plan = self._plan(name, count, naive=False) if count else None
         return None if plan is None else LaunchPlan(plan)
 
     # Launching --------------------------------------------------------------------------------
 
-    def apply(self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, naive: bool = False) -> None:
+    def apply(
+        self,
+        logits: Sequence[torch.Tensor] | torch.Tensor,
+        stream_ptr: int,
+        *,
+        rows: Sequence[int] | None = None,
+        naive: bool = False,
+    ) -> None:
         """Mask row ``i`` of ``logits`` with row ``i`` of ``host_masks``, queued on ``stream_ptr``.
 
         ``logits`` is a sequence of tensors ending in ``vocab`` (TensorRT-LLM's per-request views)
-        or one tensor ``[..., vocab]`` whose leading dimensions are the rows.
+        or one tensor ``[..., vocab]`` whose leading dimensions are the rows; of a tensor, ``rows``
+        chooses which rows are masked (row ``rows[i]`` with mask ``i``; None: all of them).
         """
-        name, rows = self._set_pointers(logits, naive)
-        if rows == 0:
+        if rows is not None and not isinstance(logits, torch.Tensor):
+            raise ValueError("rows choose rows of one tensor; pick the tensors of a sequence instead")
+        name, count = self._set_pointers(logits, naive, rows=rows)
+        if count == 0:
             return
         if threading.get_ident() in self._primary_threads:
-            self._queue(name, rows, stream_ptr, naive)
+            self._queue(name, count, stream_ptr, naive)
             return
         # First call on this thread: is the primary context current (it is on threads that ran CUDA
         # work: torch's, TensorRT-LLM's)? Then remember the thread and skip this check from now on.
@@ -281,10 +296,10 @@ class CudaBitmaskApplier:
         self._get_current(self._current_ref)
         if self._current_holder.value == self._primary:
             self._primary_threads.add(threading.get_ident())
-            self._queue(name, rows, stream_ptr, naive)
+            self._queue(name, count, stream_ptr, naive)
         else:
             with self._current():
-                self._queue(name, rows, stream_ptr, naive)
+                self._queue(name, count, stream_ptr, naive)
 
     def _queue(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
         """The step's copy, event and launch: a graph replay when this shape was seen before."""
@@ -455,79 +470,37 @@ class CudaBitmaskApplier:
             self._param_masks.value = masks
 
     def _set_pointers(
-        self, logits: Sequence[torch.Tensor] | torch.Tensor, naive: bool, check_only: bool = False
+        self,
+        logits: Sequence[torch.Tensor] | torch.Tensor,
+        naive: bool,
+        check_only: bool = False,
+        rows: Sequence[int] | None = None,
     ) -> tuple[str, int]:
         """Write the rows' addresses into the pinned buffer; return the kernel to use and the row count."""
         if isinstance(logits, torch.Tensor):
-            key = (logits.data_ptr(), logits.shape, logits.stride(), logits.dtype)
+            key = (
+                logits.data_ptr(),
+                logits.shape,
+                logits.stride(),
+                logits.dtype,
+                None if rows is None else tuple(rows),
+            )
             if key == self._last_tensor and not naive:
-                return self._last_kernel, self._last_rows  # the same buffer as last step: pointers in place
-            name, rows = self._tensor_pointers(logits, naive, check_only)
-            self._last_tensor, self._last_kernel = (None, "") if (naive or check_only) else (key, name)
-            self._last_rows = rows
-            return name, rows
-        self._last_tensor = None
-        self._row_base, self._row_stride = 0, 0
-        rows = len(logits)
-        if rows == 0:
-            return "", 0
-        if rows > self._max_rows:
-            raise ValueError(f"{rows} rows; call host_masks({rows}) first")
-        pointers = self._request_pointers(logits)
-        if not check_only:
-            self._pointers[self._max_rows - rows :] = pointers
-        aligned = not any(pointer & 15 for pointer in pointers)
-        return self.policy.kernel(logits[0].dtype, aligned, naive, rows), rows
-
-    def _request_pointers(self, rows: Sequence[torch.Tensor]) -> list[int]:
-        """The address of each request's row, after checking that every tensor is one row of the
-        vocabulary's logits, contiguous, on the GPU, all of one dtype and shape.
-
-        The engines hand one tensor per request, so this runs per row on every step: the first
-        row's shape is checked once, the others are compared with it (one attribute each, not two),
-        in the loop that collects the addresses. A tensor of several rows ([1, beams, vocab]) is
-        refused: it has one mask, and only its first row would be masked.
-        """
-        first = rows[0]
-        shape, dtype, vocab = first.shape, first.dtype, self.vocab_size
-        if shape[-1] != vocab or first.numel() != vocab:
-            raise ValueError(f"logits row 0 must be one row of {vocab} logits ([..., {vocab}]), not {list(shape)}")
-        pointers = []
-        for index, row in enumerate(rows):
-            # (A one-row tensor is contiguous exactly when its last stride is 1.)
-            if row.shape != shape or row.dtype != dtype or not row.is_contiguous() or not row.is_cuda:
-                raise ValueError(
-                    f"logits row {index} must be a CUDA tensor {list(shape)} of {dtype} with unit stride,"
-                    f" like row 0; it is {list(row.shape)} of {row.dtype} on {row.device}, strides {row.stride()}"
-                )
-            pointers.append(row.data_ptr())
-        return pointers
-
-    def _tensor_pointers(self, logits: torch.Tensor, naive: bool, check_only: bool) -> tuple[str, int]:
-        self._check_tensor(logits)
-        # Row addresses from the strides: [batch, beams, vocab_padded][..., :vocab] views need no copy.
-        offsets = np.zeros(1, dtype=np.int64)
-        for size, stride in zip(logits.shape[:-1], logits.stride()[:-1], strict=True):
-            offsets = (offsets[:, None] + np.arange(size, dtype=np.int64)[None, :] * stride).reshape(-1)
-        rows, item, start = len(offsets), logits.element_size(), logits.data_ptr()
-        if rows == 0:
-            return "", 0
-        if rows > self._max_rows:
-            raise ValueError(f"{rows} rows; call host_masks({rows}) first")
-        strides = [s for size, s in zip(logits.shape[:-1], logits.stride()[:-1], strict=True) if size > 1]
-        aligned = start % 16 == 0 and all(s * item % 16 == 0 for s in strides)
-        if not check_only:
-            self._pointers[self._max_rows - rows :] = (offsets * item + start).astype(np.uint64)
-        steps = np.diff(offsets)
-        if rows == 1 or (steps[0] > 0 and bool(np.all(steps == steps[0]))):
-            # Evenly spaced rows: the kernel computes addresses instead of loading them.
-            self._row_base, self._row_stride = start, int(steps[0]) if rows > 1 else self.vocab_size
+                return self._last_kernel, self._last_rows  # the same rows as last step: pointers in place
+            addresses = tensor_rows(logits, self.vocab_size, rows)
         else:
-            self._row_base, self._row_stride = 0, 0
-        return self.policy.kernel(logits.dtype, aligned, naive, rows), rows
-
-    def _check_tensor(self, logits: torch.Tensor) -> None:
-        """Refuse a tensor the kernel would mask wrongly or write past."""
-        vocab = self.vocab_size
-        if logits.shape[-1] != vocab or logits.stride(-1) != 1 or not logits.is_cuda:
-            raise ValueError(f"logits must be a CUDA tensor [..., {vocab}] with unit stride, not {list(logits.shape)}")
+            key = None
+            addresses = request_rows(logits, self.vocab_size)
+        self._last_tensor = None
+        count = addresses.count
+        if count == 0:
+            return "", 0
+        if count > self._max_rows:
+            raise ValueError(f"{count} rows; call host_masks({count}) first")
+        self._row_base, self._row_stride = addresses.base, addresses.stride
+        name = self.policy.kernel(addresses.dtype, addresses.aligned, naive, count)
+        if not check_only:
+            self._pointers[self._max_rows - count :] = addresses.pointers
+            if key is not None and not naive:
+                self._last_tensor, self._last_kernel, self._last_rows = key, name, count
+        return name, count

@@ -11,7 +11,8 @@ end-of-sequence tokens, and the failure is recorded so the adapter ends that req
   is built where it runs, once per process and grammar.
 - :class:`BatchedHook` has the executor's batched signature
   (``LogitsPostProcessorConfig(processor_batched=...)``) and runs in our process: it keys its
-  state by ``client_id`` and delegates the masks to :class:`GuidanceLogitsProcessor`.
+  state by ``client_id``, hands each row's new tokens to :class:`GuidanceLogitsProcessor` and lets
+  it mask the rows.
 """
 
 from __future__ import annotations
@@ -183,7 +184,10 @@ class BatchedHook:
                     bias = self._biases.get(client_id) if client_id is not None else None
                     if bias:
                         apply_logit_bias(rows[row].view(-1), bias)
-            self.processor(req_ids, rows, token_ids, stream_ptr, client_ids)
+            for row, client_id in enumerate(client_ids):  # the executor's shape: each row's whole token list
+                if client_id is not None:
+                    self.processor.consume(client_id, token_ids[row][0])
+            self.processor.mask(rows, client_ids, stream_ptr)
         except Exception as exc:
             logger.exception("the batched logits post-processor failed; its requests may only end")
             for row, client_id in enumerate(client_ids):

@@ -353,8 +353,8 @@ def test_a_failure_while_consuming_ahead_ends_those_requests_not_the_step(
     (brace,) = loaded_model.tokenizer.encode("{", add_special_tokens=False)
     try:
         processor.prefetch([1001, 1002], [brace, brace])
-        logits = [torch.zeros(1, 1, loaded_model.model.config.vocab_size) for _ in range(2)]
-        processor([0, 1], logits, [[[0, 0, 0, brace]]] * 2, 0, [1001, 1002])  # must not raise
+        logits = torch.zeros(2, loaded_model.model.config.vocab_size)
+        processor.mask(logits, [1001, 1002], 0)  # must not raise
         for cid, row in zip((1001, 1002), logits, strict=True):
             assert "llguidance bug" in str(processor.error(cid))
             allowed = torch.isfinite(row.view(-1)).nonzero().view(-1).tolist()

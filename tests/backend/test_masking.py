@@ -64,3 +64,23 @@ def test_the_cpu_applier_refuses_a_request_tensor_of_several_rows_and_masks_none
     with pytest.raises(ValueError, match=r"row 1 must be one row \[\.\.\., 64\], not \[1, 2, 64\]"):
         applier.apply(rows, 0)
     assert all(torch.isfinite(row).all() for row in rows)
+
+
+def test_the_cpu_applier_masks_the_chosen_rows_of_a_step_and_leaves_the_others() -> None:
+    applier = CpuBitmaskApplier(64, 3)
+    masks = applier.host_masks(2)
+    masks.zero_()
+    masks[0, 0], masks[1, 1] = 1 << 4, 1 << 2  # row 2 may be token 4, row 0 token 34
+    logits = torch.zeros(3, 64)
+    applier.apply(logits, 0, rows=[2, 0])
+    assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [34]
+    assert torch.isfinite(logits[1]).all()  # unconstrained
+    assert torch.isfinite(logits[2]).nonzero().flatten().tolist() == [4]
+
+
+def test_the_cpu_applier_masks_every_row_of_a_step_by_default() -> None:
+    applier = CpuBitmaskApplier(64, 2)
+    applier.host_masks(2).copy_(torch.tensor([[1, 0], [0, 1]], dtype=torch.int32))
+    logits = torch.zeros(2, 64)
+    applier.apply(logits, 0)
+    assert [torch.isfinite(row).nonzero().flatten().tolist() for row in logits] == [[0], [32]]

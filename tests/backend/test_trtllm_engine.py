@@ -173,7 +173,7 @@ def test_a_failing_post_processor_ends_only_its_own_request(
 
     # The LLM API route masks in RequestLogitsProcessor, the executor route in GuidanceLogitsProcessor.
     monkeypatch.setattr(hooks.RequestLogitsProcessor, "_mask_logits", broken)
-    monkeypatch.setattr(GuidanceLogitsProcessor, "__call__", broken)
+    monkeypatch.setattr(GuidanceLogitsProcessor, "mask", broken)
     constrained, plain = RecordingSink(), RecordingSink()
     service.submit(GenerationRequest(**json_request(temperature=0.0)), "constrained", constrained)
     service.submit(GenerationRequest(prompt="Hello", max_tokens=20, temperature=0.0), "plain", plain)
@@ -230,7 +230,10 @@ def test_a_padding_column_never_survives_the_batched_hook(fake_tensorrt_llm: Non
     class NoConstraints:
         vocab_size = 5
 
-        def __call__(self, *args: Any) -> None:
+        def consume(self, *args: Any) -> None:
+            pass
+
+        def mask(self, *args: Any) -> None:
             pass
 
     hook = hooks.BatchedHook(cast(GuidanceLogitsProcessor, NoConstraints()), eos_token_ids=[0])

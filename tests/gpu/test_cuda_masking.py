@@ -465,6 +465,31 @@ def test_repeated_steps_replay_one_captured_graph_with_each_steps_masks_and_rows
     assert applier.captured_shapes == REPLAY_GRAPHS[(dtype, rows)]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_chosen_rows_of_a_step_are_masked_and_the_others_left_bit_for_bit(dtype: torch.dtype) -> None:
+    """A step whose batch mixes constrained and free requests masks only the constrained rows of the
+    engine's one tensor, evenly spaced or not, from the same buffer step after step (graph replays)."""
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+
+    vocab, batch = 128256, 8
+    applier = CudaBitmaskApplier(torch.device("cuda"), batch, vocab)
+    generator = torch.Generator().manual_seed(8)
+    stream = torch.cuda.current_stream().cuda_stream
+    fixed = torch.empty((batch, vocab), device="cuda", dtype=dtype)
+    chosen_by_step = [[0, 2, 3, 7], [1, 3, 5, 7], [6], [0, 2, 3, 7], [1, 3, 5, 7], [7, 0]]
+    for step, chosen in enumerate(chosen_by_step):
+        mask = masks(KINDS[step % len(KINDS)], len(chosen), vocab, generator)
+        logits = torch.randn((batch, vocab), generator=generator).to(dtype)
+        expected = logits.clone()
+        for index, row in enumerate(chosen):
+            apply_token_bitmask_cpu(expected[row], mask[index])
+        fixed.copy_(logits)
+        applier.host_masks(len(chosen)).copy_(mask)
+        applier.apply(fixed, stream, rows=chosen)
+        assert same_bits(fixed, expected), f"step {step}, rows {chosen}"
+    assert applier.captured_shapes >= 1  # the repeated choices replay their graphs
+
+
 def test_a_larger_batch_reallocates_and_drops_the_graphs() -> None:
     from backend.kernels.cuda_masking import CudaBitmaskApplier
 
