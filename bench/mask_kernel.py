@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from backend.kernels.cuda_masking import CudaBitmaskApplier
+from backend.kernels.cuda_masking import NAIVE_KERNELS, CudaBitmaskApplier
 from backend.kernels.launch_policy import GROUP_MASK_BYTES, LaunchPlan, PolicySettings
 from backend.masking import apply_token_bitmask_cpu
 from bench.reports import host_cpu, write_report
@@ -451,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     generator = torch.Generator().manual_seed(0)
     results: list[dict[str, Any]] = []
     for vocab in arguments.vocabs:
-        applier = CudaBitmaskApplier(device, max(arguments.batches), vocab)
+        applier = CudaBitmaskApplier(device, max(arguments.batches), vocab, defines=[NAIVE_KERNELS])
         calls_applier = CudaBitmaskApplier(device, max(arguments.batches), vocab, graphs=False)
         planned = {
             plan: CudaBitmaskApplier(device, max(arguments.batches), vocab, settings=PolicySettings(plan=plan))

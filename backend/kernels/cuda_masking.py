@@ -57,6 +57,7 @@ from backend.kernels.mask_probe import DENSE, MaskDensityProbe
 from backend.kernels.row_addresses import request_rows, tensor_rows
 
 KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
+NAIVE_KERNELS = "LLGT_NAIVE_KERNELS"  # the define that builds the plain comparison kernels (benchmarks)
 _MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
 _MAX_SEEN = 4096  # shapes seen once, remembered to capture them when they come again
 _void_p = ctypes.c_void_p
@@ -90,6 +91,7 @@ class CudaBitmaskApplier:
         from pycuda.compiler import compile as compile_cuda
 
         settings = settings or PolicySettings()
+        self._defines = tuple(defines)
         self._cuda = cuda
         cuda.init()
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -178,6 +180,8 @@ class CudaBitmaskApplier:
         """A step's kernel; a naive comparison kernel (benchmarks only) is looked up the first time."""
         function = self._functions.get(name)
         if function is None:
+            if NAIVE_KERNELS not in self._defines:
+                raise ValueError(f"{name} is built only with defines=[NAIVE_KERNELS] (for benchmarks)")
             function = self._functions[name] = self._function(name)
         return function
 

@@ -496,7 +496,8 @@ __device__ __forceinline__ void mask_by_word(T* const* __restrict__ rows, T* bas
     }
 }
 
-// The plain kernel the benchmark compares against: one thread per logit.
+#ifdef LLGT_NAIVE_KERNELS
+// The plain kernel the benchmark compares against: one thread per logit (built for benchmarks only).
 template <typename T>
 __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base, long long row_stride,
                                            const uint32_t* __restrict__ masks, int mask_stride, int mask_words,
@@ -511,6 +512,7 @@ __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base,
         }
     }
 }
+#endif
 
 // An extern "C" kernel with the loader's parameter list; BOUNDS: its __launch_bounds__ arguments.
 #define LLGT_KERNEL(name, body, T, BOUNDS)                                                           \
@@ -551,6 +553,8 @@ LLGT_FLAT_ENTRY(flat_bf16_v8_scatter, (mask_flat<bf16, 8, true, 1>(LLGT_ARGS)), 
 LLGT_ENTRY(words_f32, (mask_by_word<float>(LLGT_ARGS)), float)
 LLGT_ENTRY(words_f16, (mask_by_word<__half>(LLGT_ARGS)), __half)
 LLGT_ENTRY(words_bf16, (mask_by_word<bf16>(LLGT_ARGS)), bf16)
+#ifdef LLGT_NAIVE_KERNELS
 LLGT_ENTRY(naive_f32, (mask_naive<float>(LLGT_ARGS)), float)
 LLGT_ENTRY(naive_f16, (mask_naive<__half>(LLGT_ARGS)), __half)
 LLGT_ENTRY(naive_bf16, (mask_naive<bf16>(LLGT_ARGS)), bf16)
+#endif

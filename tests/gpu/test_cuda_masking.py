@@ -490,6 +490,29 @@ def test_the_chosen_rows_of_a_step_are_masked_and_the_others_left_bit_for_bit(dt
     assert applier.captured_shapes >= 1  # the repeated choices replay their graphs
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_plain_comparison_kernel_is_built_only_for_benchmarks(
+    appliers: dict[int, object], dtype: torch.dtype
+) -> None:
+    from backend.kernels.cuda_masking import NAIVE_KERNELS, CudaBitmaskApplier
+
+    vocab, rows = 32001, 3
+    with pytest.raises(ValueError, match="only with defines"):
+        logits = torch.zeros((rows, vocab), device="cuda", dtype=dtype)
+        appliers[vocab].run_resident(logits, 0, naive=True)  # type: ignore[attr-defined]
+    bench_applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, defines=[NAIVE_KERNELS])
+    generator = torch.Generator().manual_seed(9)
+    mask = masks("random", rows, vocab, generator)
+    logits = torch.randn((rows, vocab), generator=generator).to(dtype)
+    expected = logits.clone()
+    apply_token_bitmask_cpu(expected, mask)
+    gpu = logits.cuda()
+    bench_applier.host_masks(rows).copy_(mask)
+    bench_applier.apply(gpu, torch.cuda.current_stream().cuda_stream, naive=True)
+    assert same_bits(gpu, expected)
+    assert bench_applier.last_launch is not None and bench_applier.last_launch.kernel.startswith("naive_")
+
+
 def test_a_larger_batch_reallocates_and_drops_the_graphs() -> None:
     from backend.kernels.cuda_masking import CudaBitmaskApplier
 
