@@ -1,18 +1,30 @@
-"""Chat messages to prompt tokens with the model's own Jinja template, or a template file."""
+"""Chat messages to prompt tokens with the model's own Jinja template, or a template file.
+
+Tools go through the template's own tools section when it has one, and calls the assistant made
+earlier as structured ``tool_calls``. A template without one gets the tools described in a system
+message and earlier calls written as the model writes them (``llgtriton.tool_formats``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from backend.errors import InvalidRequest
 from backend.model_loader import ModelLoadError
+from llgtriton.tool_formats import FORMATS, ToolCallFormat, detect_format, renders_tools
+from llgtriton.tools import PastCall, ToolRequest
 from llgtriton.wire import ChatMessage
+
+logger = logging.getLogger(__name__)
 
 
 class ChatTemplate:
-    def __init__(self, tokenizer: Any, override: Path | None = None) -> None:
+    def __init__(self, tokenizer: Any, override: Path | None = None, tool_call_parser: str = "auto") -> None:
         self._tokenizer = tokenizer
         self._template: str | None = None
         if override is not None:
@@ -22,10 +34,27 @@ class ChatTemplate:
                 raise ModelLoadError(f"cannot read chat template {override}: {exc}") from exc
         elif not getattr(tokenizer, "chat_template", None):
             raise ModelLoadError("the model has no chat template; pass one with --engine-chat-template")
+        source = self._template or _template_text(tokenizer.chat_template)
+        if tool_call_parser == "auto":
+            self.tool_format = detect_format(source)
+            logger.info("tool calls: %s format, detected from the chat template", self.tool_format.name)
+        else:
+            self.tool_format = FORMATS[tool_call_parser]
+        # Our own format is the fallback's: a template that knows tools writes them its own way.
+        self.renders_tools = renders_tools(source) and self.tool_format.name != "generic"
 
-    def render(self, messages: Sequence[ChatMessage]) -> list[int]:
-        """Prompt token ids for ``messages``, ending with the assistant generation prompt."""
-        conversation = [{"role": m.role, "content": m.content} for m in messages]
+    def render(
+        self, messages: Sequence[ChatMessage], tools: ToolRequest | None = None, *, json_answer: bool = False
+    ) -> list[int]:
+        """Prompt token ids for ``messages``, ending with the assistant generation prompt (``tools``: what
+        the answer may call; ``json_answer``: a plain answer must be JSON)."""
+        if self.renders_tools:
+            conversation = [_native(m) for m in messages]
+            extra: dict[str, Any] = {"tools": tools.openai_tools()} if tools is not None else {}
+        else:
+            described = _described(messages, tools, self.tool_format, json_answer)
+            conversation = [{"role": m.role, "content": m.content} for m in described]
+            extra = {}
         try:
             ids = self._tokenizer.apply_chat_template(
                 conversation,
@@ -33,7 +62,52 @@ class ChatTemplate:
                 add_generation_prompt=True,
                 tokenize=True,
                 return_dict=False,
+                **extra,
             )
         except Exception as exc:  # jinja2 raises TemplateError and raise_exception() messages
             raise InvalidRequest(f"the chat template rejected the messages: {exc}") from exc
         return [int(i) for i in ids]
+
+
+def _template_text(template: Any) -> str:
+    """A tokenizer's template; several named ones (``{"default": ..., "tool_use": ...}``) read as one."""
+    if isinstance(template, dict):
+        return "\n".join(str(value) for value in template.values())
+    return str(template or "")
+
+
+def _native(message: ChatMessage) -> dict[str, Any]:
+    """A message as templates with a tools section take it (arguments as objects, as transformers documents)."""
+    value: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        value["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c)}}
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        value["tool_call_id"] = message.tool_call_id
+    return value
+
+
+def _arguments(call: PastCall) -> Any:
+    try:
+        return json.loads(call.arguments)
+    except json.JSONDecodeError:
+        return call.arguments
+
+
+def _described(
+    messages: Sequence[ChatMessage], tools: ToolRequest | None, form: ToolCallFormat, json_answer: bool
+) -> list[ChatMessage]:
+    """The fallback: earlier calls written into their messages, the tools described in the system message."""
+    written = [
+        dataclasses.replace(m, content=m.content + form.write(m.tool_calls), tool_calls=()) if m.tool_calls else m
+        for m in messages
+    ]
+    if tools is None:
+        return written
+    instructions = form.instructions(tools, json_answer)
+    if written and written[0].role in ("system", "developer"):
+        first = written[0]
+        return [dataclasses.replace(first, content=f"{instructions}\n\n{first.content}"), *written[1:]]
+    return [ChatMessage(role="system", content=instructions), *written]

@@ -5,6 +5,8 @@ The parts are put together in :mod:`backend.assembly`.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
 import threading
@@ -17,8 +19,17 @@ from backend.output_stream import deliver_failure
 from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.response_pump import ResponsePump
 from backend.telemetry import StepCounters
-from llgtriton.guides import GuideError, grammar_for
-from llgtriton.wire import LOGIT_BIAS_BOUND, MAX_PENALTY, MAX_TEMPERATURE, MAX_TOP_LOGPROBS, GenerationRequest
+from llgtriton.guides import ANY_JSON_OBJECT, GuideError, grammar_for
+from llgtriton.tool_formats import ToolCallFormat
+from llgtriton.wire import (
+    LOGIT_BIAS_BOUND,
+    MAX_PENALTY,
+    MAX_TEMPERATURE,
+    MAX_TOP_LOGPROBS,
+    GenerationOutput,
+    GenerationRequest,
+    GuideType,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +64,36 @@ def sampling_params(request: GenerationRequest) -> SamplingParams:
         seed=request.seed,
         logit_bias=request.logit_bias,
     )
+
+
+def _answer_schema(request: GenerationRequest) -> str | None:
+    """The JSON schema (text) a plain answer must match beside tools; None: free text."""
+    if request.guide_type is None:
+        return None
+    if request.guide_type is GuideType.JSON:
+        return request.guide or json.dumps(ANY_JSON_OBJECT)
+    if request.guide_type is GuideType.JSON_SCHEMA and request.guide:
+        return request.guide
+    raise InvalidRequest("tools combine only with a JSON answer format (json_object or json_schema)")
+
+
+class _NamingFormat:
+    """A sink whose first response names the format the calls are written in."""
+
+    def __init__(self, sink: ResponseSink, tool_call_format: str) -> None:
+        self._sink = sink
+        self._format = tool_call_format
+
+    def send(self, output: GenerationOutput, *, final: bool) -> None:
+        if self._format:
+            output, self._format = dataclasses.replace(output, tool_call_format=self._format), ""
+        self._sink.send(output, final=final)
+
+    def fail(self, error: Exception) -> None:
+        self._sink.fail(error)
+
+    def is_cancelled(self) -> bool:
+        return self._sink.is_cancelled()
 
 
 def longest_token_bytes(tokenizer: Any) -> int:
@@ -143,19 +184,29 @@ class GenerationService:
             f"the prompt is {size} bytes, more than a context of {self.max_model_len} tokens can hold",
         )
         if request.messages is not None:
-            ids = self._chat_template.render(request.messages)
+            json_answer = request.guide_type in (GuideType.JSON, GuideType.JSON_SCHEMA)
+            ids = self._chat_template.render(request.messages, request.tools, json_answer=json_answer)
         else:
             assert request.prompt is not None
             ids = list(self._tokenizer.encode(request.prompt))
         _check(len(ids) > 0, "the prompt is empty")
         return ids
 
-    @staticmethod
-    def grammar(request: GenerationRequest) -> str | None:
-        """The request's constraint as an llguidance grammar (the scheduler compiles it, off this thread)."""
-        if request.guide_type is None:
-            return None
+    @property
+    def tool_format(self) -> ToolCallFormat:
+        return self._chat_template.tool_format
+
+    def grammar(self, request: GenerationRequest) -> str | None:
+        """The request's constraint as an llguidance grammar (the scheduler compiles it, off this thread).
+
+        Tools are constrained to the model's own call syntax; under ``auto`` a JSON answer format
+        is what a plain answer must be.
+        """
         try:
+            if request.tools is not None:
+                return grammar_for(GuideType.LARK, self.tool_format.grammar(request.tools, _answer_schema(request)))
+            if request.guide_type is None:
+                return None
             return grammar_for(request.guide_type, request.guide)
         except GuideError as exc:
             raise InvalidRequest(str(exc)) from None
@@ -233,6 +284,8 @@ class GenerationService:
     def submit_now(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
         """Validate and enqueue on this thread; raises a :class:`BackendError` for a request that cannot be served."""
         prepared = self.prepare(request, request_id)
+        if request.tools is not None:  # (outside the pump, which may merge the first responses)
+            sink = _NamingFormat(sink, self.tool_format.name)
         if self._pump is None:
             self._scheduler.submit(prepared, sink)
             return

@@ -165,6 +165,11 @@ class EngineSettings(_Section):
     chat_template: Path | None = Field(
         None, description="Jinja chat template file overriding the model's own template."
     )
+    tool_call_parser: Literal["auto", "generic", "hermes"] = Field(
+        "auto",
+        description="The format tool calls are rendered, constrained and read in (vLLM's names; 'auto': from"
+        " the chat template, 'generic' for templates without a tools section).",
+    )
     cache_dir: Path = Field(
         Path(os.path.expanduser("~/.cache/llgtriton")),
         description="Where converted models are cached (makes restarts fast).",

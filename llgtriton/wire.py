@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from llgtriton.tools import PastCall, ToolRequest
+
 Array = npt.NDArray[np.generic]
 
 # Inputs -------------------------------------------------------------------------------------
@@ -42,6 +44,7 @@ RETURN_LOG_PROBS = "return_log_probs"  # TensorRT-LLM's name
 TOP_LOGPROBS = "top_logprobs"
 RETURN_PROMPT_LOG_PROBS = "return_prompt_log_probs"  # the prompt's own tokens' logprobs, for scoring
 LOGIT_BIAS = "logit_bias"  # JSON object {"<token id>": bias}, as OpenAI's
+TOOLS = "tools"  # JSON {functions, mode, parallel}: llgtriton.tool_formats.ToolRequest
 
 # Bounds both the proxy and the backend enforce (OpenAI's own).
 MAX_TOP_LOGPROBS = 20
@@ -65,6 +68,7 @@ NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
 TOKEN_LOGPROBS = "token_logprobs"  # JSON list, one entry per token of this response ("" when not asked)
 PROMPT_LOGPROBS = "prompt_logprobs"  # JSON object, on a request's first response ("" otherwise)
+TOOL_CALL_FORMAT = "tool_call_format"  # the family calls are written in, on the first response of a request with tools
 
 # Triton data types of every tensor, as written in config.pbtxt (TYPE_<name>).
 INPUT_TYPES: dict[str, str] = {
@@ -86,6 +90,7 @@ INPUT_TYPES: dict[str, str] = {
     TOP_LOGPROBS: "INT32",
     RETURN_PROMPT_LOG_PROBS: "BOOL",
     LOGIT_BIAS: "STRING",
+    TOOLS: "STRING",
 }
 OUTPUT_TYPES: dict[str, str] = {
     TEXT_OUTPUT: "STRING",
@@ -94,6 +99,7 @@ OUTPUT_TYPES: dict[str, str] = {
     NUM_OUTPUT_TOKENS: "INT32",
     TOKEN_LOGPROBS: "STRING",
     PROMPT_LOGPROBS: "STRING",
+    TOOL_CALL_FORMAT: "STRING",
 }
 # Inputs whose dims are [-1] (a list per request); all others are [1].
 LIST_INPUTS = frozenset({STOP_WORDS, INPUT_IDS})
@@ -164,6 +170,8 @@ class GuideType(enum.StrEnum):
 class ChatMessage:
     role: str
     content: str
+    tool_calls: tuple[PastCall, ...] = ()  # an assistant message's calls
+    tool_call_id: str | None = None  # the call a tool message answers
 
 
 @dataclass(frozen=True)
@@ -189,6 +197,7 @@ class GenerationRequest:
     top_logprobs: int = 0  # and this many most likely alternatives (needs logprobs or prompt_logprobs)
     prompt_logprobs: bool = False  # report the prompt tokens' log probabilities (max_tokens may then be 0)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
+    tools: ToolRequest | None = None  # functions the output may call, in the model's own format
 
     def __post_init__(self) -> None:
         if [self.prompt, self.messages, self.prompt_token_ids].count(None) != 2:
@@ -229,6 +238,7 @@ class GenerationOutput:
     # The tokens this response covers, when the request asked for logprobs (None otherwise).
     logprobs: tuple[TokenLogprob, ...] | None = None
     prompt_logprobs: PromptLogprobs | None = None  # on the first response, when the request asked
+    tool_call_format: str = ""  # on the first response of a request with tools (tool_formats.FORMATS)
 
 
 # Encoding -----------------------------------------------------------------------------------
@@ -253,7 +263,7 @@ def encode_request(request: GenerationRequest) -> dict[str, Array]:
     if request.prompt is not None:
         tensors[TEXT_INPUT] = _scalar(TEXT_INPUT, request.prompt)
     if request.messages is not None:
-        payload = json.dumps([{"role": m.role, "content": m.content} for m in request.messages])
+        payload = json.dumps([_message_json(m) for m in request.messages])
         tensors[CHAT_MESSAGES] = _scalar(CHAT_MESSAGES, payload)
     if request.prompt_token_ids is not None:
         tensors[INPUT_IDS] = np.array([request.prompt_token_ids], dtype=np.int32)
@@ -281,7 +291,21 @@ def encode_request(request: GenerationRequest) -> dict[str, Array]:
         tensors[TOP_LOGPROBS] = _scalar(TOP_LOGPROBS, request.top_logprobs)
     if request.logit_bias:
         tensors[LOGIT_BIAS] = _scalar(LOGIT_BIAS, json.dumps({str(t): b for t, b in request.logit_bias}))
+    if request.tools is not None:
+        tensors[TOOLS] = _scalar(TOOLS, request.tools.to_json())
     return tensors
+
+
+def _message_json(message: ChatMessage) -> dict[str, Any]:
+    value: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        value["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        value["tool_call_id"] = message.tool_call_id
+    return value
 
 
 def _entries(entries: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
@@ -344,6 +368,7 @@ def encode_output(output: GenerationOutput) -> dict[str, Array]:
         NUM_OUTPUT_TOKENS: _scalar(NUM_OUTPUT_TOKENS, output.completion_tokens),
         TOKEN_LOGPROBS: _scalar(TOKEN_LOGPROBS, _logprobs_json(output.logprobs)),
         PROMPT_LOGPROBS: _scalar(PROMPT_LOGPROBS, _prompt_logprobs_json(output.prompt_logprobs)),
+        TOOL_CALL_FORMAT: _scalar(TOOL_CALL_FORMAT, output.tool_call_format),
     }
 
 
@@ -437,8 +462,26 @@ def _messages(payload: str) -> tuple[ChatMessage, ...]:
             content = ""
         if not isinstance(content, str):
             raise WireError(f"{CHAT_MESSAGES!r}[{index}].content must be a string")
-        messages.append(ChatMessage(role=item["role"], content=content))
+        call_id = item.get("tool_call_id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise WireError(f"{CHAT_MESSAGES!r}[{index}].tool_call_id must be a string")
+        calls = tuple(
+            _past_call(call, f"{CHAT_MESSAGES!r}[{index}].tool_calls") for call in item.get("tool_calls") or []
+        )
+        messages.append(ChatMessage(role=item["role"], content=content, tool_calls=calls, tool_call_id=call_id))
     return tuple(messages)
+
+
+def _past_call(call: Any, where: str) -> PastCall:
+    """One of an assistant message's calls, in OpenAI's shape (``{id, function: {name, arguments}}``)."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not (isinstance(function, dict) and isinstance(function.get("name"), str)):
+        raise WireError(f"{where} entries need a function with a string name")
+    arguments = function.get("arguments", "{}")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    call_id = call.get("id")
+    return PastCall(function["name"], arguments, call_id if isinstance(call_id, str) else None)
 
 
 def _logit_bias(payload: str) -> tuple[tuple[int, float], ...]:
@@ -473,6 +516,13 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
     logprobs_value = _one(get, RETURN_LOG_PROBS)
     prompt_logprobs_value = _one(get, RETURN_PROMPT_LOG_PROBS)
     bias_value = _one(get, LOGIT_BIAS)
+    tools_value = _one(get, TOOLS)
+    tools = None
+    if tools_value is not None and _text(tools_value, TOOLS):
+        try:
+            tools = ToolRequest.from_json(_text(tools_value, TOOLS))
+        except ValueError as exc:
+            raise WireError(f"{TOOLS!r}: {exc}") from None
     request = GenerationRequest(
         prompt=None if prompt_value is None else _text(prompt_value, TEXT_INPUT),
         messages=None if messages_value is None else _messages(_text(messages_value, CHAT_MESSAGES)),
@@ -492,6 +542,7 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
         top_logprobs=_int(get, TOP_LOGPROBS) or 0,
         prompt_logprobs=bool(prompt_logprobs_value) if prompt_logprobs_value is not None else False,
         logit_bias=() if bias_value is None else _logit_bias(_text(bias_value, LOGIT_BIAS)),
+        tools=tools,
     )
     _check_bounds(request)
     return request
@@ -527,4 +578,5 @@ def decode_output_values(values: ValuesGetter) -> GenerationOutput:
         completion_tokens=int(completion_tokens or 0),  # type: ignore[call-overload]
         logprobs=_logprobs_from_json(_text(_single(values, TOKEN_LOGPROBS) or b"", TOKEN_LOGPROBS)),
         prompt_logprobs=_prompt_logprobs_from_json(_text(_single(values, PROMPT_LOGPROBS) or b"", PROMPT_LOGPROBS)),
+        tool_call_format=_text(_single(values, TOOL_CALL_FORMAT) or b"", TOOL_CALL_FORMAT),
     )

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from llgtriton.tools import PastCall
 from llgtriton.wire import (
     LOGIT_BIAS_BOUND,
     MAX_LOGIT_BIAS_ENTRIES,
@@ -109,20 +110,22 @@ class ChatMessage(_Request):
     function_call: CalledFunction | None = None  # OpenAI's deprecated single call
 
     def text(self) -> str:
-        """The message as the model sees it; earlier tool calls are written as the model writes them."""
+        """The message's text (its parts joined)."""
         if self.content is None:
-            text = ""
-        elif isinstance(self.content, str):
-            text = self.content
-        else:
-            text = "".join(part.text for part in self.content)
-        called = [call.function for call in self.tool_calls or []]
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+    def past_calls(self) -> tuple[PastCall, ...]:
+        """The calls the assistant made in this message (the backend writes them as the model does)."""
+        calls = [(call.id, call.function) for call in self.tool_calls or []]
         if self.function_call is not None:
-            called.append(self.function_call)
-        if called:
-            calls = [{"name": function.name, "arguments": function.parsed_arguments()} for function in called]
-            text += "<tool_call>" + json.dumps(calls, ensure_ascii=False)
-        return text
+            calls.append((None, self.function_call))
+        return tuple(
+            PastCall(function.name, json.dumps(function.parsed_arguments(), ensure_ascii=False), call_id)
+            for call_id, function in calls
+        )
 
 
 class FunctionDefinition(_Request):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from llgtriton import wire
+from llgtriton.tool_formats import FORMATS, ToolCallFormat
 from proxy.errors import InternalError
 from proxy.logprobs import chat_logprobs, completion_logprobs
 from proxy.protocol import (
@@ -49,6 +50,7 @@ class _Finished:
     last: wire.GenerationOutput
     logprobs: tuple[wire.TokenLogprob, ...] | None
     prompt_logprobs: wire.PromptLogprobs | None = None
+    tool_call_format: str = ""
 
     @property
     def reason(self) -> wire.FinishReason:
@@ -60,16 +62,19 @@ async def _final(outputs: AsyncIterator[wire.GenerationOutput]) -> _Finished:
     parts: list[str] = []
     logprobs: list[wire.TokenLogprob] = []
     prompt_logprobs: wire.PromptLogprobs | None = None
+    tool_call_format = ""
     last: wire.GenerationOutput | None = None
     async for output in outputs:
         parts.append(output.text)
         logprobs.extend(output.logprobs or ())
         prompt_logprobs = prompt_logprobs or output.prompt_logprobs
+        tool_call_format = tool_call_format or output.tool_call_format
         last = output
     if last is None or last.finish_reason is None:
         raise InternalError("the generation ended without a finish reason")
     # Every output of a request that asked for logprobs carries them (possibly empty); others carry None.
-    return _Finished("".join(parts), last, None if last.logprobs is None else tuple(logprobs), prompt_logprobs)
+    logprobs_read = None if last.logprobs is None else tuple(logprobs)
+    return _Finished("".join(parts), last, logprobs_read, prompt_logprobs, tool_call_format)
 
 
 def _copies(generation: wire.GenerationRequest, n: int) -> list[wire.GenerationRequest]:
@@ -167,10 +172,18 @@ def _finish(reason: wire.FinishReason, plan: ToolPlan | None, called: bool) -> F
     return "function_call" if plan.legacy_functions else "tool_calls"
 
 
+def call_format(name: str) -> ToolCallFormat:
+    """The format a backend says it wrote calls in; ours when it says none (an older backend)."""
+    form = FORMATS.get(name or "generic")
+    if form is None:
+        raise InternalError(f"the backend wrote tool calls in an unknown format {name!r}")
+    return form
+
+
 def _assistant(
-    plan: ToolPlan | None, text: str, reason: wire.FinishReason
+    plan: ToolPlan | None, text: str, reason: wire.FinishReason, tool_call_format: str = ""
 ) -> tuple[AssistantMessage, FinishReasonName]:
-    calls = parse_calls(plan, text) if plan is not None else None
+    calls = parse_calls(plan, text, call_format(tool_call_format)) if plan is not None else None
     if calls is None:
         return AssistantMessage(content=text), reason.value
     finish = _finish(reason, plan, bool(calls))
@@ -227,7 +240,7 @@ class Generations:
         )
         choices = []
         for index, done in enumerate(finished):
-            message, finish = _assistant(translation.tools, done.text, done.reason)
+            message, finish = _assistant(translation.tools, done.text, done.reason, done.tool_call_format)
             logprobs = chat_logprobs(done.logprobs) if done.logprobs is not None else None
             choices.append(ChatChoice(index=index, message=message, finish_reason=finish, logprobs=logprobs))
         return ChatCompletion(
@@ -256,11 +269,13 @@ class Generations:
                     choices=[ChatChunkChoice(index=index, delta=delta, finish_reason=finish, logprobs=logprobs)],
                 )
 
-            tools = ToolCallStream(translation.tools) if translation.tools is not None else None
+            tools: ToolCallStream | None = None
             last: wire.GenerationOutput | None = None
             async for output in self._client.generate(generation, _request_id(completion_id, index, request.n)):
                 if last is None:
                     yield chunk(ChatDelta(role="assistant", content=""))
+                    if translation.tools is not None:  # the first response names the calls' format
+                        tools = ToolCallStream(translation.tools, call_format(output.tool_call_format))
                 if tools is not None:
                     for delta in tools.feed(output.text):
                         yield chunk(delta)

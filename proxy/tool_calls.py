@@ -1,4 +1,6 @@
-"""Reading tool calls out of generated text, whole or as it streams, per a :class:`ToolPlan`'s mode.
+"""Reading tool calls out of generated text, whole or as it streams, per a :class:`ToolPlan`'s mode
+and the format the backend wrote them in (``llgtriton.tool_formats``: a JSON list of calls, or
+calls each between tags).
 
 Call syntax never reaches ``content``: a call cut short by ``max_tokens`` comes back as a call with
 the arguments written so far (as OpenAI returns it), and a call list that never got as far as a
@@ -15,17 +17,23 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llgtriton.tool_formats import FORMATS, ToolCallFormat
+from llgtriton.tools import ToolMode
 from proxy.protocol import ChatDelta, FunctionCallDelta, ToolCallDelta
-from proxy.tools import TOOL_CALL_MARKER, ToolMode, ToolPlan
+from proxy.tools import ToolPlan
 
 # How the call grammar writes a call (llguidance keeps the schema's property order): the name, then
 # the arguments. Whitespace between the tokens is whatever the JSON grammar allows.
 _NAME = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
-_HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 _NAME_SO_FAR = re.compile(r'\{\s*"name"\s*:\s*"([A-Za-z0-9_-]*)$')
 # Past this many characters an element can no longer be a call's head (a 64-character name and the
 # whitespace JSON_OPTIONS allows around six tokens): the reader stops looking for one.
 _HEAD_MAX_CHARS = 512
+
+
+def _head(arguments_key: str) -> re.Pattern[str]:
+    """A call's name and its arguments' key, up to where the arguments begin."""
+    return re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"' + re.escape(arguments_key) + r'"\s*:\s*')
 
 
 def new_call_id() -> str:
@@ -50,9 +58,11 @@ class CallPiece:
 
 
 class JsonArraySplitter:
-    """Finds the top-level elements of a JSON array as its text streams in."""
+    """Finds the top-level elements of a JSON array as its text streams in; ``listed=False``: the
+    top-level objects of a text, whatever stands between them (calls each between tags)."""
 
-    def __init__(self) -> None:
+    def __init__(self, listed: bool = True) -> None:
+        self._base = 1 if listed else 0  # the depth the elements start at
         self._depth = 0
         self._in_string = False
         self._escaped = False
@@ -72,8 +82,9 @@ class JsonArraySplitter:
         return "".join(self._current[start:])
 
     def feed(self, text: str) -> Iterator[str]:
+        base = self._base
         for char in text:
-            if self._depth >= 2 or (self._depth == 1 and char not in ",] \n\t\r"):
+            if self._depth > base or (self._depth == base and (char == "{" if base == 0 else char not in ",] \n\t\r")):
                 self._current.append(char)
             if self._in_string:
                 if self._escaped:
@@ -88,7 +99,7 @@ class JsonArraySplitter:
                 self._depth += 1
             elif char in "]}":
                 self._depth -= 1
-                if self._depth == 1 and self._current:
+                if self._depth == base and self._current:
                     yield "".join(self._current)
                     self._current = []
 
@@ -107,15 +118,18 @@ def _name(literal: str) -> str:
 
 
 class CallListReader:
-    """The calls in a JSON list of ``{"name", "arguments"}`` objects, as its text streams in.
+    """The calls in a JSON list of ``{"name", "arguments"}`` objects (or, per ``form``, a sequence of
+    them between tags), as its text streams in.
 
     Linear in the text: once a call's head (its name and the ``"arguments":`` key) is read, each
     feed reads only the characters after the ones already sent.
     """
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], form: ToolCallFormat = FORMATS["generic"]) -> None:
         self._names = names
-        self._splitter = JsonArraySplitter()
+        self._key = form.arguments_key
+        self._head = _head(form.arguments_key)
+        self._splitter = JsonArraySplitter(form.listed)
         self._ids: list[str] = []
         self._call_names: list[str] = []
         self._arguments: list[list[str]] = []  # each call's arguments, as the pieces sent
@@ -148,15 +162,15 @@ class CallListReader:
         return self._advance(fitting[0], "") if len(fitting) == 1 else []
 
     def _complete(self, element: str) -> list[CallPiece]:
-        head = _HEAD.match(element) if self._arguments_at is None else None
+        head = self._head.match(element) if self._arguments_at is None else None
         if self._arguments_at is not None:
             pieces = self._advance(self._call_names[-1], element[self._arguments_at : -1].rstrip()[self._sent :])
         elif head is not None:
             pieces = self._advance(_name(head[1]), element[head.end() : -1].rstrip()[self._sent :])
         else:  # written some other way: the call, if it is one, as JSON reads it
             item = _json_or_none(element)
-            is_call = isinstance(item, dict) and isinstance(item.get("name"), str) and "arguments" in item
-            pieces = self._advance(item["name"], json.dumps(item["arguments"], ensure_ascii=False)) if is_call else []
+            is_call = isinstance(item, dict) and isinstance(item.get("name"), str) and self._key in item
+            pieces = self._advance(item["name"], json.dumps(item[self._key], ensure_ascii=False)) if is_call else []
         self._open, self._sent, self._arguments_at = False, 0, None
         return pieces
 
@@ -166,7 +180,7 @@ class CallListReader:
             if splitter.current_length > _HEAD_MAX_CHARS:  # no head is this long: read it when complete
                 return []
             current = splitter.current
-            head = _HEAD.match(current)
+            head = self._head.match(current)
             if head is None or head.end() == len(current):  # (more whitespace may come before the arguments)
                 named = _NAME.match(current)
                 return self._advance(_name(named[1]), "") if named is not None else []
@@ -193,8 +207,8 @@ class CallListReader:
         return [CallPiece(len(self._ids) - 1, new)]
 
 
-def parse_calls(plan: ToolPlan, text: str) -> list[ParsedCall] | None:
-    """The calls in a finished output; None when it is plain text (``auto`` without the marker).
+def parse_calls(plan: ToolPlan, text: str, form: ToolCallFormat = FORMATS["generic"]) -> list[ParsedCall] | None:
+    """The calls in a finished output; None when it is plain text (``auto`` without the trigger).
 
     A list cut short by ``max_tokens`` gives its complete calls and the one it was writing:
     exactly what a stream of the same text delivers.
@@ -202,26 +216,27 @@ def parse_calls(plan: ToolPlan, text: str) -> list[ParsedCall] | None:
     if plan.mode is ToolMode.NAMED:
         return [ParsedCall(plan.functions[0].name, text)] if text else []
     if plan.mode is ToolMode.AUTO:
-        if not _calling(text):
+        if not _calling(text, form.trigger):
             return None
-        text = text[len(TOOL_CALL_MARKER) :]
-    reader = CallListReader([f.name for f in plan.functions])
+        text = text[len(form.trigger) :]
+    reader = CallListReader([f.name for f in plan.functions], form)
     reader.feed(text)
     reader.finish()
     return reader.calls
 
 
-def _calling(text: str) -> bool:
-    """Whether an ``auto`` output is (or, cut short, was becoming) a call list."""
-    return text.startswith(TOOL_CALL_MARKER) or (text != "" and TOOL_CALL_MARKER.startswith(text))
+def _calling(text: str, trigger: str) -> bool:
+    """Whether an ``auto`` output is (or, cut short, was becoming) calls."""
+    return text.startswith(trigger) or (text != "" and trigger.startswith(text))
 
 
 class ToolCallStream:
     """Turns streamed text deltas into content deltas and tool-call deltas, per the plan's mode."""
 
-    def __init__(self, plan: ToolPlan) -> None:
+    def __init__(self, plan: ToolPlan, form: ToolCallFormat = FORMATS["generic"]) -> None:
         self._plan = plan
-        self._reader = CallListReader([f.name for f in plan.functions])
+        self._trigger = form.trigger
+        self._reader = CallListReader([f.name for f in plan.functions], form)
         self._pending = ""  # AUTO: text that might still turn out to be the call marker
         self._calling = plan.mode is not ToolMode.AUTO
         self._decided = plan.mode is not ToolMode.AUTO
@@ -238,10 +253,10 @@ class ToolCallStream:
     def feed(self, text: str) -> list[ChatDelta]:
         if not self._decided:
             self._pending += text
-            if self._pending.startswith(TOOL_CALL_MARKER):
+            if self._pending.startswith(self._trigger):
                 self._decided = self._calling = True
-                text, self._pending = self._pending[len(TOOL_CALL_MARKER) :], ""
-            elif not TOOL_CALL_MARKER.startswith(self._pending):
+                text, self._pending = self._pending[len(self._trigger) :], ""
+            elif not self._trigger.startswith(self._pending):
                 self._decided = True
                 text, self._pending = self._pending, ""
             else:

@@ -27,10 +27,12 @@ from llgtriton.guides import (
     grammar_for,
     with_json_options,
 )
+from llgtriton.tools import ToolMode, ToolRequest
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError, ServiceUnavailableError
 from proxy.protocol import (
     ChatCompletionRequest,
+    ChatMessage,
     CompletionRequest,
     GenerationRequestBase,
     NamedFunction,
@@ -238,6 +240,7 @@ class _Inputs:
     messages: tuple[wire.ChatMessage, ...] | None = None
     prompt_token_ids: tuple[int, ...] | None = None
     prompt_logprobs: bool = False
+    tools: ToolRequest | None = None
 
 
 def _generation(
@@ -263,16 +266,8 @@ def _generation(
         top_logprobs=inputs.top_logprobs,
         prompt_logprobs=inputs.prompt_logprobs,
         logit_bias=tuple((int(token), bias) for token, bias in (request.logit_bias or {}).items()),
+        tools=inputs.tools,
     )
-
-
-def _with_instructions(messages: tuple[wire.ChatMessage, ...], instructions: str) -> tuple[wire.ChatMessage, ...]:
-    """Describe the tools in the system message (prepended to the caller's, if any)."""
-    if messages and messages[0].role in ("system", "developer"):
-        first = messages[0]
-        merged = dataclasses.replace(first, content=f"{instructions}\n\n{first.content}")
-        return (merged, *messages[1:])
-    return (wire.ChatMessage(role="system", content=instructions), *messages)
 
 
 def _legacy_functions(request: ChatCompletionRequest) -> ChatCompletionRequest:
@@ -290,7 +285,22 @@ def _legacy_functions(request: ChatCompletionRequest) -> ChatCompletionRequest:
     return request.model_copy(update={"tools": tools, "tool_choice": choice, "parallel_tool_calls": False})
 
 
+def _check_tool_results(messages: list[ChatMessage]) -> None:
+    """A tool message answers a call made before it: an id no earlier call has is a 400 (clients that
+    send calls without ids are taken at their word)."""
+    called: set[str] = set()
+    for index, message in enumerate(messages):
+        if message.role == "assistant":
+            called.update(call.id for call in message.past_calls() if call.id is not None)
+        if message.role == "tool" and called and message.tool_call_id not in called:
+            raise InvalidRequestError(
+                f"tool message {index} answers call {message.tool_call_id!r}, which no earlier assistant message made",
+                param=f"messages.{index}.tool_call_id",
+            )
+
+
 def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
+    _check_tool_results(request.messages)
     legacy = request.functions is not None
     request = _legacy_functions(request)
     if request.top_logprobs and not request.logprobs:
@@ -301,17 +311,29 @@ def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
     if plan is not None and legacy:
         plan = dataclasses.replace(plan, legacy_functions=True)
     if plan is not None:
-        # A JSON answer format composes with tools (the plan holds it); any other constraint does not.
-        found = [*(found if answer is None else []), Constraint(plan.guide_type, plan.guide, "tools")]
+        # A JSON answer format composes with tools (the backend's grammar holds it); any other
+        # constraint does not. The calls' grammar is compiled here, and only the tools are sent.
+        _one_constraint([*(found if answer is None else []), Constraint(GuideType.LARK, plan.guide, "tools")])
+        found = found if answer is not None and plan.mode is ToolMode.AUTO else []
     constraint = _one_constraint(found)
     # A legacy function result is what the chat templates call a tool message.
     messages = tuple(
-        wire.ChatMessage(role="tool" if m.role == "function" else m.role, content=m.text()) for m in request.messages
+        wire.ChatMessage(
+            role="tool" if m.role == "function" else m.role,
+            content=m.text(),
+            tool_calls=m.past_calls(),
+            tool_call_id=m.tool_call_id,
+        )
+        for m in request.messages
     )
-    if plan is not None:
-        messages = _with_instructions(messages, plan.instructions)
     max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
-    inputs = _Inputs(max_tokens, bool(request.logprobs), request.top_logprobs or 0, messages=messages)
+    inputs = _Inputs(
+        max_tokens,
+        bool(request.logprobs),
+        request.top_logprobs or 0,
+        messages=messages,
+        tools=None if plan is None else plan.request,
+    )
     return ChatTranslation(_generation(request, constraint, inputs), plan)
 
 

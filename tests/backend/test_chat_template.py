@@ -10,6 +10,8 @@ import pytest
 from backend.chat_template import ChatTemplate
 from backend.errors import InvalidRequest
 from backend.model_loader import ModelLoadError
+from llgtriton.tool_formats import FORMATS
+from llgtriton.tools import Function, PastCall, ToolMode, ToolRequest
 from llgtriton.wire import ChatMessage
 
 MESSAGES = (ChatMessage(role="user", content="Hello"),)
@@ -43,3 +45,57 @@ def test_template_errors_are_invalid_requests(tokenizer: Any, tmp_path: Path) ->
 def test_missing_template_file_is_a_load_error(tokenizer: Any, tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="cannot read chat template"):
         ChatTemplate(tokenizer, tmp_path / "missing.jinja")
+
+
+# Tools: the template's own tools section, or our description ------------------------------------
+
+HERMES = Path(__file__).parents[1] / "fixtures" / "chat_templates" / "hermes.jinja"
+WEATHER = Function(
+    "get_weather",
+    "The weather in a city",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+TOOLS = ToolRequest((WEATHER,), ToolMode.AUTO)
+CONVERSATION = (
+    ChatMessage("system", "Be brief."),
+    ChatMessage("user", "Weather in Paris?"),
+    ChatMessage("assistant", "", tool_calls=(PastCall("get_weather", '{"city": "Paris"}', "call_1"),)),
+    ChatMessage("tool", "sunny", tool_call_id="call_1"),
+)
+
+
+def test_a_template_with_a_tools_section_renders_the_tools_and_the_calls_itself(tokenizer: Any) -> None:
+    template = ChatTemplate(tokenizer, HERMES)
+    assert template.tool_format is FORMATS["hermes"]
+    text = tokenizer.decode(template.render(CONVERSATION, TOOLS))
+    assert "<tools>" in text and '"name": "get_weather"' in text and "The weather in a city" in text
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert "<tool_response>\nsunny\n</tool_response>" in text
+    assert "Be brief." in text
+    assert "You can call these functions" not in text  # our description is only the fallback
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_a_template_without_one_gets_the_tools_described_in_the_system_message(tokenizer: Any) -> None:
+    template = ChatTemplate(tokenizer)
+    assert template.tool_format is FORMATS["generic"]
+    text = tokenizer.decode(template.render(CONVERSATION, TOOLS))
+    system = text.split("<|im_end|>")[0]
+    assert "You can call these functions" in system and "get_weather" in system
+    assert system.endswith("Be brief.")  # merged into the caller's system message, before it
+    assert '<tool_call>[{"name": "get_weather", "arguments": {"city": "Paris"}}]' in text
+    assert text.count("<|im_start|>system") == 1
+
+
+def test_without_tools_earlier_calls_are_still_written(tokenizer: Any) -> None:
+    text = tokenizer.decode(ChatTemplate(tokenizer).render(CONVERSATION))
+    assert "You can call these functions" not in text
+    assert '<tool_call>[{"name": "get_weather", "arguments": {"city": "Paris"}}]' in text
+
+
+def test_a_chosen_format_on_a_template_without_a_tools_section_is_described_in_it(tokenizer: Any) -> None:
+    template = ChatTemplate(tokenizer, tool_call_parser="hermes")
+    assert template.tool_format is FORMATS["hermes"]
+    text = tokenizer.decode(template.render(CONVERSATION[1:], ToolRequest((WEATHER,), ToolMode.REQUIRED)))
+    assert "each call as <tool_call>" in text and "</tool_call>" in text
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text

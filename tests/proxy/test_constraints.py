@@ -6,6 +6,7 @@ the proxy sends and how it frames what comes back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -18,8 +19,9 @@ from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
 from llgtriton import wire
 from llgtriton.guides import grammar_for
+from llgtriton.tool_formats import FORMATS
+from llgtriton.tools import PastCall, ToolMode
 from llgtriton.wire import GuideType
-from proxy.tools import TOOL_CALL_MARKER
 from tests.llgtriton.matching import accepts
 from tests.proxy.scripted import (
     MODEL,
@@ -70,6 +72,13 @@ def _outputs(*texts: str, reason: wire.FinishReason = wire.FinishReason.STOP) ->
     outputs = [wire.GenerationOutput(text) for text in texts[:-1]]
     outputs.append(wire.GenerationOutput(texts[-1], reason, prompt_tokens=5, completion_tokens=len(texts)))
     return outputs
+
+
+def generic_grammar(request: wire.GenerationRequest) -> str:
+    """The compiled grammar of the tools sent, as a backend writing our own format builds it."""
+    assert request.tools is not None
+    answer = request.guide if request.guide_type is GuideType.JSON_SCHEMA else None
+    return grammar_for(GuideType.LARK, FORMATS["generic"].grammar(request.tools, answer))
 
 
 async def _constraint(
@@ -243,6 +252,7 @@ async def test_tools_and_a_non_json_constraint_at_once_is_a_400(
     assert client.requests == []
 
 
+TOOL_CALL_MARKER = "<tool_call>"  # our own format's trigger
 ANSWER = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
 
 
@@ -254,12 +264,17 @@ ANSWER = {"type": "object", "properties": {"answer": {"type": "integer"}}, "requ
 async def test_tools_with_a_response_format_answer_in_the_format_or_call(
     http: httpx.AsyncClient, client: ScriptedClient, response_format: dict[str, Any]
 ) -> None:
-    """openai-agents' Agent(output_type=X, tools=[...]) and the SDK's parse(response_format=..., tools=...)."""
+    """openai-agents' Agent(output_type=X, tools=[...]) and the SDK's parse(response_format=..., tools=...).
+
+    The answer format travels as the constraint, beside the tools; the backend's grammar holds both."""
     request = await _constraint(http, client, CHAT, tools=TOOLS, tool_choice="auto", response_format=response_format)
-    assert request.guide_type is GuideType.LARK and request.guide is not None
-    assert accepts(request.guide, '{"answer": 42}')
-    assert accepts(request.guide, TOOL_CALL_MARKER + '[{"name": "get_time", "arguments": {"tz": "UTC"}}]')
-    assert not accepts(request.guide, "The answer is 42.")
+    assert request.tools is not None and request.tools.mode is ToolMode.AUTO
+    assert request.guide_type in (GuideType.JSON, GuideType.JSON_SCHEMA)
+    answer = request.guide or json.dumps({"type": "object"})
+    grammar = grammar_for(GuideType.LARK, FORMATS["generic"].grammar(request.tools, answer))
+    assert accepts(grammar, '{"answer": 42}')
+    assert accepts(grammar, TOOL_CALL_MARKER + '[{"name": "get_time", "arguments": {"tz": "UTC"}}]')
+    assert not accepts(grammar, "The answer is 42.")
 
 
 async def test_tools_required_with_a_response_format_call(http: httpx.AsyncClient, client: ScriptedClient) -> None:
@@ -267,9 +282,10 @@ async def test_tools_required_with_a_response_format_call(http: httpx.AsyncClien
     request = await _constraint(
         http, client, CHAT, tools=TOOLS, tool_choice="required", response_format=response_format
     )
-    assert request.guide_type is GuideType.JSON_SCHEMA and request.guide is not None
-    assert accepts(grammar_for(request.guide_type, request.guide), TWO_CALLS)
-    assert not accepts(grammar_for(request.guide_type, request.guide), '{"answer": 42}')
+    assert request.guide_type is None and request.tools is not None
+    grammar = grammar_for(GuideType.LARK, FORMATS["generic"].grammar(request.tools))
+    assert accepts(grammar, TWO_CALLS)
+    assert not accepts(grammar, '{"answer": 42}')
 
 
 async def test_tool_choice_none_leaves_room_for_a_constraint(http: httpx.AsyncClient, client: ScriptedClient) -> None:
@@ -338,49 +354,26 @@ async def test_invalid_constraint_through_the_sdk(sdk: openai.AsyncOpenAI, clien
 
 
 @pytest.mark.parametrize(
-    ("tool_choice", "guide_type"),
-    [
-        (NAMED, GuideType.JSON_SCHEMA),
-        ("required", GuideType.JSON_SCHEMA),
-        ("auto", GuideType.LARK),
-        (None, GuideType.LARK),
-    ],
+    ("tool_choice", "mode"),
+    [(NAMED, ToolMode.NAMED), ("required", ToolMode.REQUIRED), ("auto", ToolMode.AUTO), (None, ToolMode.AUTO)],
 )
-async def test_tools_describe_the_functions_in_a_first_system_message(
-    http: httpx.AsyncClient, client: ScriptedClient, tool_choice: Any, guide_type: GuideType
+async def test_the_tools_travel_to_the_backend_beside_the_callers_messages(
+    http: httpx.AsyncClient, client: ScriptedClient, tool_choice: Any, mode: ToolMode
 ) -> None:
+    """The backend renders them into the model's template (or describes them, for a template
+    without a tools section) and constrains the calls in the model's own format."""
     fields: dict[str, Any] = {"tools": TOOLS}
     if tool_choice is not None:
         fields["tool_choice"] = tool_choice
     request = await _constraint(http, client, CHAT, **fields)
-    assert request.guide_type is guide_type
-    assert request.messages is not None
-    system, user = request.messages
-    assert user == wire.ChatMessage("user", "Say hello")
-    assert system.role == "system"
-    assert "get_weather" in system.content
-    assert "The weather in a city" in system.content
-    assert ("get_time" in system.content) is (tool_choice != NAMED)
-    assert (TOOL_CALL_MARKER in system.content) is (guide_type is GuideType.LARK)
-    if tool_choice == NAMED:
-        assert request.guide is not None
-        assert json.loads(request.guide) == {**WEATHER_PARAMETERS, "additionalProperties": False}
-
-
-@pytest.mark.parametrize("role", ["system", "developer"])
-@pytest.mark.parametrize("tool_choice", [NAMED, "required", "auto"])
-async def test_tool_instructions_merge_into_an_existing_system_message(
-    http: httpx.AsyncClient, client: ScriptedClient, role: str, tool_choice: Any
-) -> None:
-    messages = [{"role": role, "content": "Be brief."}, *USER]
-    request = await _constraint(http, client, CHAT, messages=messages, tools=TOOLS, tool_choice=tool_choice)
-    assert request.messages is not None
-    first, user = request.messages
-    assert first.role == role
-    assert first.content.startswith("You can call these functions:")
-    assert first.content.endswith("\n\nBe brief.")
-    assert "get_weather" in first.content
-    assert user == wire.ChatMessage("user", "Say hello")
+    assert request.messages == (wire.ChatMessage("user", "Say hello"),)
+    assert (request.guide_type, request.guide) == (None, None)
+    assert request.tools is not None
+    assert request.tools.mode is mode
+    names = [f.name for f in request.tools.functions]
+    assert names == (["get_weather"] if tool_choice == NAMED else ["get_weather", "get_time"])
+    assert request.tools.functions[0].description == "The weather in a city"
+    assert request.tools.functions[0].parameters == {**WEATHER_PARAMETERS, "additionalProperties": False}
 
 
 async def test_tool_calls_and_tool_results_in_the_request(http: httpx.AsyncClient, client: ScriptedClient) -> None:
@@ -399,17 +392,34 @@ async def test_tool_calls_and_tool_results_in_the_request(http: httpx.AsyncClien
         {"role": "assistant", "content": "Let me check.", "tool_calls": [{"function": {"name": "get_weather"}}]},
     ]
     request = await _constraint(http, client, CHAT, messages=messages, tools=TOOLS)
-    assert request.messages is not None
-    assert request.messages[0].role == "system"
-    assert request.messages[1:] == (
+    assert request.messages == (
         wire.ChatMessage("user", "Weather in Paris and the time in UTC?"),
-        wire.ChatMessage("assistant", TOOL_CALL_MARKER + TWO_CALLS),
-        wire.ChatMessage("tool", "sunny, 21°C"),
-        wire.ChatMessage("tool", "12:00"),
         wire.ChatMessage(
-            "assistant", "Let me check." + TOOL_CALL_MARKER + '[{"name": "get_weather", "arguments": {}}]'
+            "assistant",
+            "",
+            tool_calls=(
+                PastCall("get_weather", json.dumps(json.loads(PARIS_ARGUMENTS)), "call_1"),
+                PastCall("get_time", '{"tz": "UTC"}', "call_2"),
+            ),
         ),
+        wire.ChatMessage("tool", "sunny, 21°C", tool_call_id="call_1"),
+        wire.ChatMessage("tool", "12:00", tool_call_id="call_2"),
+        wire.ChatMessage("assistant", "Let me check.", tool_calls=(PastCall("get_weather", "{}"),)),
     )
+
+
+async def test_a_tool_result_for_a_call_never_made_is_a_400(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    messages = [
+        *USER,
+        {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"},
+        {"role": "tool", "tool_call_id": "call_9", "content": "done too"},
+    ]
+    error = assert_error(
+        await http.post(CHAT, json=chat_body(messages=messages, tools=TOOLS)), 400, "invalid_request_error"
+    )
+    assert error["param"] == "messages.3.tool_call_id" and "call_9" in error["message"]
+    assert client.requests == []
 
 
 async def test_tool_messages_without_tools(http: httpx.AsyncClient, client: ScriptedClient) -> None:
@@ -421,8 +431,8 @@ async def test_tool_messages_without_tools(http: httpx.AsyncClient, client: Scri
     request = await _constraint(http, client, CHAT, messages=messages)
     assert request.messages == (
         wire.ChatMessage("user", "Say hello"),
-        wire.ChatMessage("assistant", TOOL_CALL_MARKER + '[{"name": "f", "arguments": "not json"}]'),
-        wire.ChatMessage("tool", "done"),
+        wire.ChatMessage("assistant", "", tool_calls=(PastCall("f", '"not json"'),)),
+        wire.ChatMessage("tool", "done", tool_call_id="x"),
     )
     assert request.guide_type is None
 
@@ -607,6 +617,43 @@ async def test_streamed_tool_calls_reassemble_to_the_whole_response(
     assert len({call["id"] for call in calls}) == len(calls)
 
 
+HERMES_CALLS = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>'
+)
+
+
+@pytest.mark.parametrize("tool_choice", ["required", "auto"])
+@pytest.mark.parametrize("size", [1, 7, 1000])
+async def test_calls_in_the_format_the_backend_names_are_read_whole_and_streamed(
+    http: httpx.AsyncClient, client: ScriptedClient, tool_choice: str, size: int
+) -> None:
+    """A backend serving a Hermes-format model names the format in its first response."""
+    outputs = _outputs(*[HERMES_CALLS[start : start + size] for start in range(0, len(HERMES_CALLS), size)])
+    outputs[0] = dataclasses.replace(outputs[0], tool_call_format="hermes")
+    client.script(outputs)
+    body = chat_body(tools=TOOLS, tool_choice=tool_choice)
+    whole = (await http.post(CHAT, json=body)).json()
+    client.script(outputs)
+    events = sse_events(await http.post(CHAT, json={**body, "stream": True}))
+    content, calls, reasons = _reassemble(events)
+    expected = [("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "UTC"}')]
+    assert _names_and_arguments(_tool_calls(whole)) == expected
+    assert whole["choices"][0]["message"]["content"] is None
+    assert whole["choices"][0]["finish_reason"] == "tool_calls"
+    assert (content, _names_and_arguments(calls), reasons[-1]) == ("", expected, "tool_calls")
+
+
+async def test_a_format_the_proxy_does_not_know_is_a_server_error_not_content(
+    http: httpx.AsyncClient, client: ScriptedClient
+) -> None:
+    outputs = _outputs(HERMES_CALLS)
+    client.script([dataclasses.replace(outputs[0], tool_call_format="pythonic")])
+    response = await http.post(CHAT, json=chat_body(tools=TOOLS, tool_choice="required"))
+    assert response.status_code == 500
+    assert "pythonic" in response.json()["error"]["message"]
+
+
 async def test_streamed_named_call_cut_short_keeps_length(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     client.script(_outputs('{"ci', 'ty": "Pa', reason=wire.FinishReason.LENGTH))
     events = sse_events(await http.post(CHAT, json=chat_body(tools=TOOLS, tool_choice=NAMED, stream=True)))
@@ -737,10 +784,11 @@ async def test_sdk_sends_tool_messages(sdk: openai.AsyncOpenAI, client: Scripted
     )
     assert client.requests[0].messages == (
         wire.ChatMessage("user", "Weather?"),
-        wire.ChatMessage("assistant", TOOL_CALL_MARKER + '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
-        wire.ChatMessage("tool", "sunny"),
+        wire.ChatMessage("assistant", "", tool_calls=(PastCall("get_weather", '{"city": "Paris"}', "call_1"),)),
+        wire.ChatMessage("tool", "sunny", tool_call_id="call_1"),
     )
     assert client.requests[0].guide_type is None
+    assert client.requests[0].tools is None  # tool_choice none: no call is possible
 
 
 # What the client libraries send (issue 37) ----------------------------------------------------
@@ -790,8 +838,7 @@ async def test_tool_parameters_keep_their_own_references(
         {"type": "function", "function": {"name": "clock", "parameters": LEGACY_PARAMETERS}},
     ]
     request = await _constraint(http, client, CHAT, tools=tools, tool_choice=tool_choice)
-    assert request.guide_type is not None
-    grammar = grammar_for(request.guide_type, request.guide)
+    grammar = generic_grammar(request)
     prefix = TOOL_CALL_MARKER if tool_choice == "auto" else ""
     good = (
         '[{"name": "weather", "arguments": {"city": "Oslo", "unit": "c"}}, '
@@ -812,8 +859,8 @@ async def test_legacy_named_function_call(http: httpx.AsyncClient, client: Scrip
     fields = {"functions": LEGACY_FUNCTIONS, "function_call": {"name": "get_weather"}, "stream": stream}
     response = await http.post(CHAT, json=chat_body(**fields))
     (request,) = client.requests
-    assert request.guide_type is GuideType.JSON_SCHEMA
-    assert request.guide is not None and json.loads(request.guide)["properties"] == WEATHER_PARAMETERS["properties"]
+    assert request.tools is not None and request.tools.mode is ToolMode.NAMED
+    assert request.tools.functions[0].parameters["properties"] == WEATHER_PARAMETERS["properties"]
     if stream:
         events = sse_events(response)
         calls = [event["choices"][0]["delta"].get("function_call") for event in events]
@@ -841,9 +888,10 @@ async def test_legacy_functions_auto_make_one_call_or_answer(
     assert choice["message"]["function_call"] == {"name": "get_weather", "arguments": PARIS_ARGUMENTS}
     assert choice["finish_reason"] == "function_call"
     (request,) = client.requests
-    assert request.guide_type is GuideType.LARK
+    assert request.tools is not None and request.tools.mode is ToolMode.AUTO
     # one call at most, as the deprecated API returns one
-    assert request.guide is not None and '"maxItems": 1' in request.guide
+    assert request.tools.parallel is False
+    assert not accepts(generic_grammar(request), TOOL_CALL_MARKER + TWO_CALLS)
     client.script(_outputs("Sunny."))
     choice = (await http.post(CHAT, json=body)).json()["choices"][0]
     assert (choice["message"], choice["finish_reason"]) == ({"role": "assistant", "content": "Sunny."}, "stop")
@@ -859,8 +907,9 @@ async def test_legacy_function_none_and_function_results(http: httpx.AsyncClient
     assert (request.guide_type, request.guide) == (None, None)
     assert request.messages is not None
     assert [m.role for m in request.messages] == ["user", "assistant", "tool"]
-    assert "get_weather" in request.messages[1].content
+    assert request.messages[1].tool_calls == (PastCall("get_weather", '{"city": "Paris"}'),)
     assert request.messages[2].content == "sunny"
+    assert request.tools is None
 
 
 @pytest.mark.parametrize(

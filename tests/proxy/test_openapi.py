@@ -41,8 +41,10 @@ async def test_openapi_document_is_served_valid_and_describes_every_route(http: 
 
 # Refusals of schema-valid requests that depend on more than one field: a tool_choice naming a
 # function not among the tools, two constraints in one request, structured_outputs with two kinds,
-# top_logprobs without logprobs, max_tokens 0 without echo.
+# top_logprobs without logprobs, max_tokens 0 without echo, a tool message answering a call no
+# earlier message made.
 CROSS_FIELD_PARAMS = {"tools", "tool_choice", "functions", "function_call", "structured_outputs", "response_format"} | {
+    "messages",
     "top_logprobs",
     "echo",
     "max_tokens",  # 0 without echo

@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from llgtriton.guides import check_grammar, grammar_for
+from llgtriton.tool_formats import FORMATS
+from llgtriton.tools import ToolMode
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError, validation_error
 from proxy.protocol import MAX_TOOLS, ChatCompletionRequest, ChatDelta
 from proxy.tool_calls import JsonArraySplitter, ParsedCall, ToolCallStream, parse_calls
-from proxy.tools import TOOL_CALL_MARKER, ToolMode, ToolPlan, plan_tools
+from proxy.tools import ToolPlan, plan_tools
 from tests.llgtriton.matching import accepts
 
 WEATHER_PARAMETERS: dict[str, Any] = {
@@ -43,6 +45,7 @@ TIME: dict[str, Any] = {
     },
 }
 TOOLS = [WEATHER, TIME]
+TOOL_CALL_MARKER = "<tool_call>"  # our own format's trigger
 NAMED_WEATHER = {"type": "function", "function": {"name": "get_weather"}}
 
 PARIS = '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
@@ -68,7 +71,7 @@ def plan(tool_choice: Any, parallel: bool | None = None, tools: list[dict[str, A
 
 def grammar(made: ToolPlan) -> str:
     """The plan's constraint as llguidance compiles it (as the proxy and the backend do)."""
-    compiled = grammar_for(made.guide_type, made.guide)
+    compiled = grammar_for(GuideType.LARK, made.guide)
     check_grammar(compiled)
     return compiled
 
@@ -113,52 +116,38 @@ def test_tool_choice_none_means_no_plan() -> None:
 def test_auto_is_the_default_with_tools(tool_choice: str | None) -> None:
     made = plan(tool_choice)
     assert made.mode is ToolMode.AUTO
-    assert made.guide_type is GuideType.LARK
-    assert made.parallel is True
+    assert made.request.parallel is True
     assert [f.name for f in made.functions] == ["get_weather", "get_time"]
-    assert TOOL_CALL_MARKER in made.instructions
-    assert "get_weather" in made.instructions
-    assert "get_time" in made.instructions
-    assert "The weather in a city" in made.instructions
+    assert [f.description for f in made.functions] == ["The weather in a city", ""]
+    assert accepts(grammar(made), "It is sunny.")
+    assert accepts(grammar(made), TOOL_CALL_MARKER + TWO_CALLS)
 
 
-@pytest.mark.parametrize(("parallel", "max_items"), [(None, None), (True, None), (False, 1)])
-def test_required_plan(parallel: bool | None, max_items: int | None) -> None:
+@pytest.mark.parametrize(("parallel", "most"), [(None, None), (True, None), (False, 1)])
+def test_required_plan(parallel: bool | None, most: int | None) -> None:
     made = plan("required", parallel)
     assert made.mode is ToolMode.REQUIRED
-    assert made.guide_type is GuideType.JSON_SCHEMA
-    assert made.parallel is (parallel is not False)
-    schema = json.loads(made.guide)
-    assert schema["type"] == "array"
-    assert schema["minItems"] == 1
-    assert schema.get("maxItems") == max_items
-    assert [item["properties"]["name"] for item in schema["items"]["anyOf"]] == [
-        {"const": "get_weather"},
-        {"const": "get_time"},
-    ]
-    arguments = schema["items"]["anyOf"][0]["properties"]["arguments"]
-    assert schema["$defs"][arguments["$ref"].removeprefix("#/$defs/")] == {
-        **WEATHER_PARAMETERS,
-        "additionalProperties": False,
-    }
-    assert "get_weather" in made.instructions
-    assert "get_time" in made.instructions
+    assert made.request.parallel is (parallel is not False)
+    assert accepts(grammar(made), PARIS)
+    assert accepts(grammar(made), TWO_CALLS) is (most is None)
+    assert not accepts(grammar(made), "[]")
+    assert not accepts(grammar(made), '[{"name": "get_weather", "arguments": {"city": "Paris", "extra": 1}}]')
+    assert not accepts(grammar(made), "It is sunny.")
 
 
 def test_named_plan() -> None:
     made = plan(NAMED_WEATHER)
     assert made.mode is ToolMode.NAMED
-    assert made.guide_type is GuideType.JSON_SCHEMA
-    assert json.loads(made.guide) == WEATHER_PARAMETERS
     assert [f.name for f in made.functions] == ["get_weather"]
-    assert "get_weather" in made.instructions
-    assert "get_time" not in made.instructions
+    assert made.functions[0].parameters == WEATHER_PARAMETERS
+    assert accepts(grammar(made), '{"city": "Paris"}')
+    assert not accepts(grammar(made), PARIS)
 
 
 def test_function_without_parameters_takes_an_empty_object() -> None:
     bare = {"type": "function", "function": {"name": "ping"}}
     made = plan({"type": "function", "function": {"name": "ping"}}, tools=[bare])
-    assert json.loads(made.guide) == {"type": "object", "properties": {}, "additionalProperties": False}
+    assert made.functions[0].parameters == {"type": "object", "properties": {}, "additionalProperties": False}
     assert made.functions[0].description == ""
     assert accepts(grammar(made), "{}")
 
@@ -450,8 +439,8 @@ def reassemble(deltas: list[ChatDelta]) -> Reassembled:
     return result
 
 
-def stream(made: ToolPlan, chunks: list[str]) -> tuple[ToolCallStream, Reassembled]:
-    tool_stream = ToolCallStream(made)
+def stream(made: ToolPlan, chunks: list[str], form: str = "generic") -> tuple[ToolCallStream, Reassembled]:
+    tool_stream = ToolCallStream(made, FORMATS[form])
     deltas = [delta for chunk in chunks for delta in tool_stream.feed(chunk)]
     deltas += tool_stream.finish()
     return tool_stream, reassemble(deltas)
@@ -482,6 +471,45 @@ def test_streamed_call_lists_reassemble_to_the_parsed_calls(
     assert [json.loads(c["arguments"]) for c in result.calls] == [arguments for _, arguments in calls]
     assert len({c["id"] for c in result.calls}) == len(calls)
     assert tool_stream.calls == len(calls)
+
+
+def hermes_text(calls: list[tuple[str, dict[str, Any]]], dumps: dict[str, Any]) -> str:
+    """Calls as the hermes format writes them: each a JSON object between tags."""
+    objects = [json.dumps({"name": name, "arguments": arguments}, **dumps) for name, arguments in calls]
+    return "\n".join(f"<tool_call>\n{text}\n</tool_call>" for text in objects)
+
+
+@settings(max_examples=100, deadline=None)
+@given(CALLS, st.sampled_from(["required", "auto"]), st.sampled_from(DUMPS), st.data())
+def test_streamed_hermes_calls_reassemble_to_the_parsed_calls(
+    calls: list[tuple[str, dict[str, Any]]], mode: str, dumps: dict[str, Any], data: st.DataObject
+) -> None:
+    """However the text is cut into chunks (one chunk may carry whole calls, even two)."""
+    made = plan(mode)
+    text = hermes_text(calls, dumps)
+    tool_stream, result = stream(made, chunked(text, data), "hermes")
+    parsed = parse_calls(made, text, FORMATS["hermes"])
+    assert parsed is not None
+    assert result.content == ""
+    assert named_and_arguments(result.calls) == [(c.name, c.arguments) for c in parsed]
+    assert [json.loads(c["arguments"]) for c in result.calls] == [arguments for _, arguments in calls]
+    assert tool_stream.calls == len(calls)
+
+
+def test_two_hermes_calls_in_one_chunk_are_both_complete_and_in_order() -> None:
+    text = hermes_text([("get_weather", {"city": "Paris"}), ("get_time", {"tz": "UTC"})], {})
+    _, result = stream(plan("auto"), [text], "hermes")
+    assert named_and_arguments(result.calls) == [("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "UTC"}')]
+
+
+def test_hermes_auto_plain_text_is_content_and_a_call_cut_short_keeps_its_arguments() -> None:
+    made = plan("auto")
+    assert parse_calls(made, "It is sunny.", FORMATS["hermes"]) is None
+    _, result = stream(made, ["It is ", "sunny."], "hermes")
+    assert (result.content, result.calls) == ("It is sunny.", [])
+    cut = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'
+    parsed = parse_calls(made, cut, FORMATS["hermes"])
+    assert parsed is not None and [(c.name, c.arguments) for c in parsed] == [("get_weather", '{"city": "Par')]
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,165 @@
+"""Tool calls in each model family's own format: how they are written, constrained and read back.
+
+Both sides share it. The backend renders the tools into the model's chat template, or describes
+them in a system message when the template has no tools section, and constrains the output to
+the family's call syntax. The proxy reads the calls back out of the text, by the format the
+backend names in its first response.
+
+- ``generic``: ``<tool_call>`` and a JSON list of ``{"name", "arguments"}`` objects (ours, for
+  templates without a tools section).
+- ``hermes`` (Qwen 2.5/3, Hermes): each call is ``<tool_call>\\n{"name", "arguments"}\\n</tool_call>``.
+
+Under ``auto`` the output is either plain text or calls: text may not begin with the call syntax's
+first character, and calls begin with it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llgtriton.guides import JSON_OPTIONS, with_json_options
+from llgtriton.tools import Function, PastCall, ToolMode, ToolRequest
+
+
+@dataclass(frozen=True)
+class ToolCallFormat:
+    """One family's call syntax.
+
+    ``trigger`` begins the calls; ``listed`` calls sit in one JSON list after it, otherwise each
+    call is a JSON object between ``trigger`` and ``closer``. ``arguments_key`` names the arguments.
+    """
+
+    name: str
+    trigger: str
+    listed: bool
+    closer: str = ""
+    arguments_key: str = "arguments"
+
+    def write(self, calls: Sequence[PastCall]) -> str:
+        """Earlier calls as the model writes them (for templates that cannot render them)."""
+        objects = [{"name": c.name, self.arguments_key: _parsed(c.arguments)} for c in calls]
+        if self.listed:
+            return self.trigger + json.dumps(objects, ensure_ascii=False)
+        return "\n".join(f"{self.trigger}\n{json.dumps(o, ensure_ascii=False)}\n{self.closer}" for o in objects)
+
+    def grammar(self, tools: ToolRequest, answer_schema: str | None = None) -> str:
+        """The Lark grammar of an output under ``tools``; ``answer_schema`` (JSON text) is what a
+        plain answer must be under ``auto`` (None: free text)."""
+        if tools.mode is ToolMode.NAMED:
+            return "start: args\nargs: %json " + _json(tools.functions[0].parameters)
+        if self.listed:
+            schema = _calls_schema(tools.functions, tools.parallel, self.arguments_key)
+            calls = f"calls: {json.dumps(self.trigger) + ' ' if tools.mode is ToolMode.AUTO else ''}list\n"
+            calls += f"list: %json {_json(schema)}"
+        else:
+            repeat = ' ("\\n" call)*' if tools.parallel else ""
+            calls = f"calls: call{repeat}\n"
+            calls += f"call: {json.dumps(self.trigger + chr(10))} object {json.dumps(chr(10) + self.closer)}\n"
+            calls += f"object: %json {_json(_call_schema(tools.functions, self.arguments_key))}"
+        if tools.mode is ToolMode.REQUIRED:
+            return f"start: calls\n{calls}"
+        first = re.escape(self.trigger[0])
+        if answer_schema is None:
+            answer = f"TEXT\nTEXT: /[^{first}](.|\\n)*/"
+        else:
+            answer = f"answer\nanswer: %json {_json(json.loads(answer_schema))}"
+        return f"start: calls | {answer}\n{calls}"
+
+    def instructions(self, tools: ToolRequest, json_answer: bool = False) -> str:
+        """The tools described in a system message, for templates without a tools section
+        (``json_answer``: a plain answer must be JSON)."""
+        listed = [{"name": f.name, "description": f.description, "parameters": f.parameters} for f in tools.functions]
+        described = "You can call these functions:\n" + json.dumps(listed, ensure_ascii=False)
+        if tools.mode is ToolMode.NAMED:
+            return f"{described}\nReply with the JSON arguments for {tools.functions[0].name}."
+        call = f'{{"name": <function name>, "{self.arguments_key}": {{...}}}}'
+        if self.listed and tools.mode is ToolMode.REQUIRED:  # the list alone: nothing else may come
+            how = f"a JSON list of calls, each {call}"
+        elif self.listed:
+            how = f"{self.trigger} followed by a JSON list of calls, each {call}"
+        else:
+            how = f"each call as {self.trigger} {call} {self.closer}"
+        if tools.mode is ToolMode.REQUIRED:
+            return f"{described}\nReply with {how}."
+        otherwise = "otherwise reply with the JSON answer" if json_answer else "otherwise reply normally"
+        return f"{described}\nTo call functions, reply with {how}; {otherwise}."
+
+
+FORMATS: dict[str, ToolCallFormat] = {
+    "generic": ToolCallFormat("generic", "<tool_call>", listed=True),
+    "hermes": ToolCallFormat("hermes", "<tool_call>", listed=False, closer="</tool_call>"),
+}
+PARSER_NAMES = ("auto", *FORMATS)
+
+
+def detect_format(template: str | None) -> ToolCallFormat:
+    """The family a chat template's tools section writes calls in; ``generic`` when it has none."""
+    if template and "tools" in template and "<tool_call>" in template:
+        return FORMATS["hermes"]
+    return FORMATS["generic"]
+
+
+def renders_tools(template: str | None) -> bool:
+    """Whether a chat template has a tools section (it reads the ``tools`` variable)."""
+    return bool(template) and re.search(r"\btools\b", template or "") is not None
+
+
+def _json(schema: Any) -> str:
+    """A schema for ``%json``, written with the server's JSON layout (bounded whitespace)."""
+    return json.dumps(with_json_options(schema, JSON_OPTIONS))
+
+
+def _parsed(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments  # written as given: the model sees what the client sent
+
+
+def _rooted(node: Any, root: str) -> Any:
+    """``node`` with every local ``$ref`` ("#...") moved under the JSON pointer ``root``."""
+    if isinstance(node, list):
+        return [_rooted(item, root) for item in node]
+    if not isinstance(node, dict):
+        return node
+    moved = {key: _rooted(value, root) for key, value in node.items()}
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        moved["$ref"] = "#" + root + ref[1:]
+    return moved
+
+
+def _call_schema(functions: Sequence[Function], arguments_key: str) -> dict[str, Any]:
+    """One call: an object naming a function and holding its arguments.
+
+    Each function's schema sits whole under ``$defs/fn<i>``, its references rewritten to point
+    there: pydantic's ``$defs``, older ``definitions`` and ``#`` itself still resolve, and two
+    functions' definitions of the same name do not collide.
+    """
+    definitions = {
+        f"fn{index}": {k: v for k, v in _rooted(f.parameters, f"/$defs/fn{index}").items() if k != "$schema"}
+        for index, f in enumerate(functions)
+    }
+    choices = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": f.name}, arguments_key: {"$ref": f"#/$defs/fn{index}"}},
+            "required": ["name", arguments_key],
+            "additionalProperties": False,
+        }
+        for index, f in enumerate(functions)
+    ]
+    return {"$defs": definitions, "anyOf": choices}
+
+
+def _calls_schema(functions: Sequence[Function], parallel: bool, arguments_key: str) -> dict[str, Any]:
+    """A JSON list of calls (one when not ``parallel``)."""
+    call = _call_schema(functions, arguments_key)
+    schema: dict[str, Any] = {"$defs": call.pop("$defs"), "type": "array", "items": call, "minItems": 1}
+    if not parallel:
+        schema["maxItems"] = 1
+    return schema

@@ -1,0 +1,139 @@
+"""Tool calls in the model's own format, end to end: SmolLM2 served with a Hermes-style chat template.
+
+The server renders the tools through the template's tools section, constrains the calls to the
+template's ``<tool_call>`` syntax and reads them back; clients see OpenAI's ``tool_calls`` either way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from bench.harness import ROOT, RunningServer, start_server, stop_server
+from tests.e2e.test_triton_grpc import run_stream, tensor, text_of
+
+pytestmark = pytest.mark.e2e
+
+HERMES_TEMPLATE = ROOT / "tests" / "fixtures" / "chat_templates" / "hermes.jinja"
+MODEL = "SmolLM2-135M-Instruct"
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TIME: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]},
+    },
+}
+ASK: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def hermes_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    log = tmp_path_factory.mktemp("hermes") / "serve.log"
+    running = start_server(log, f"--engine-chat-template={HERMES_TEMPLATE}")
+    yield running
+    stop_server(running)
+    assert "tool calls: hermes format, detected from the chat template" in Path(log).read_text()
+
+
+@pytest.fixture
+def sdk(hermes_server: RunningServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=hermes_server.openai_base_url, api_key="unused")
+
+
+def streamed(sdk: openai.OpenAI, **fields: Any) -> tuple[str, list[tuple[str, str]], str | None]:
+    """A streamed completion's content, its calls reassembled by index, and its finish reason."""
+    content, reason = "", None
+    calls: dict[int, tuple[str, str]] = {}
+    for chunk in sdk.chat.completions.create(model=MODEL, stream=True, **fields):
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        for call in delta.tool_calls or []:
+            name, arguments = calls.get(call.index, ("", ""))
+            calls[call.index] = (name + (call.function.name or ""), arguments + (call.function.arguments or ""))
+        reason = chunk.choices[0].finish_reason or reason
+    return content, [calls[index] for index in sorted(calls)], reason
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}], ids=["required", "named"]
+)
+def test_forced_calls_are_tool_calls_whole_and_streamed(sdk: openai.OpenAI, tool_choice: Any) -> None:
+    fields: dict[str, Any] = {"messages": ASK, "tools": [WEATHER, TIME], "tool_choice": tool_choice}
+    fields |= {"max_tokens": 96, "temperature": 0}
+    whole = sdk.chat.completions.create(model=MODEL, **fields).choices[0]
+    assert whole.finish_reason == "tool_calls"
+    assert whole.message.content is None
+    calls = [(call.function.name, call.function.arguments) for call in whole.message.tool_calls or []]
+    assert calls and all(name in ("get_weather", "get_time") for name, _ in calls)
+    for name, arguments in calls:  # each call's arguments are valid under its schema
+        required = "city" if name == "get_weather" else "tz"
+        assert isinstance(json.loads(arguments)[required], str)
+    assert streamed(sdk, **fields) == ("", calls, "tool_calls")
+
+
+def test_parallel_tool_calls_false_is_at_most_one_call(sdk: openai.OpenAI) -> None:
+    fields: dict[str, Any] = {"tools": [WEATHER, TIME], "tool_choice": "required", "parallel_tool_calls": False}
+    choice = sdk.chat.completions.create(model=MODEL, messages=ASK, max_tokens=96, temperature=0, **fields).choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert len(choice.message.tool_calls or []) == 1
+
+
+def test_auto_answers_in_text_or_calls_and_the_syntax_never_reaches_content(sdk: openai.OpenAI) -> None:
+    fields: dict[str, Any] = {"messages": ASK, "tools": [WEATHER], "max_tokens": 48, "temperature": 0}
+    whole = sdk.chat.completions.create(model=MODEL, **fields).choices[0]
+    content, calls, reason = streamed(sdk, **fields)
+    assert "<tool_call>" not in (whole.message.content or "") and "<tool_call>" not in content
+    assert (content or None, reason) == (whole.message.content or None, whole.finish_reason)
+    assert calls == [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []]
+
+
+def test_a_tool_round_trip_renders_the_call_and_its_result_through_the_template(sdk: openai.OpenAI) -> None:
+    forced: dict[str, Any] = {"tools": [WEATHER], "tool_choice": "required", "parallel_tool_calls": False}
+    first = sdk.chat.completions.create(model=MODEL, messages=ASK, max_tokens=64, temperature=0, **forced).choices[0]
+    (call,) = first.message.tool_calls or []
+    conversation: list[Any] = [
+        *ASK,
+        first.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21°C"},
+    ]
+    after: dict[str, Any] = {"tools": [WEATHER], "tool_choice": "none"}
+    answer = sdk.chat.completions.create(
+        model=MODEL, messages=conversation, max_tokens=24, temperature=0, **after
+    ).choices[0]
+    assert answer.message.content and answer.message.tool_calls is None
+
+
+def test_a_triton_client_sends_the_tools_and_gets_the_calls_in_the_models_format(
+    hermes_server: RunningServer,
+) -> None:
+    tools = {"functions": [WEATHER["function"]], "mode": "required", "parallel": False}
+    received = run_stream(
+        hermes_server,
+        [
+            tensor("chat_messages", json.dumps(ASK).encode(), "BYTES"),
+            tensor("tools", json.dumps(tools).encode(), "BYTES"),
+            tensor("max_tokens", 96, "INT32"),
+            tensor("temperature", 0.0, "FP32"),
+            tensor("stream", False, "BOOL"),
+        ],
+    )
+    assert all(error is None for _, error in received)
+    results = [result for result, _ in received if result.as_numpy("text_output") is not None]
+    text = "".join(text_of(result) for result in results)
+    assert text.startswith("<tool_call>\n{") and text.endswith("}\n</tool_call>")
+    assert json.loads(text.removeprefix("<tool_call>\n").removesuffix("\n</tool_call>"))["name"] == "get_weather"
+    formats = [v.decode() for result in results for v in result.as_numpy("tool_call_format").reshape(-1)]
+    assert formats[0] == "hermes"

@@ -1,0 +1,133 @@
+"""llgtriton.tool_formats and llgtriton.tools: each family's call syntax, constrained and written."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llgtriton.guides import grammar_for
+from llgtriton.tool_formats import FORMATS, detect_format, renders_tools
+from llgtriton.tools import Function, PastCall, ToolMode, ToolRequest
+from llgtriton.wire import GuideType
+from tests.llgtriton.matching import accepts
+
+WEATHER = Function(
+    "get_weather",
+    "The weather in a city",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False},
+)
+TIME = Function(
+    "get_time",
+    "",
+    {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"], "additionalProperties": False},
+)
+PARIS = {"name": "get_weather", "arguments": {"city": "Paris"}}
+UTC = {"name": "get_time", "arguments": {"tz": "UTC"}}
+
+
+def hermes_calls(*calls: dict[str, Any]) -> str:
+    return "\n".join(f"<tool_call>\n{json.dumps(call)}\n</tool_call>" for call in calls)
+
+
+def grammar(form: str, mode: ToolMode, parallel: bool = True, answer: str | None = None) -> str:
+    functions = (WEATHER,) if mode is ToolMode.NAMED else (WEATHER, TIME)
+    return grammar_for(GuideType.LARK, FORMATS[form].grammar(ToolRequest(functions, mode, parallel), answer))
+
+
+def test_hermes_required_is_one_or_more_tagged_calls_each_checked_against_its_schema() -> None:
+    required = grammar("hermes", ToolMode.REQUIRED)
+    assert accepts(required, hermes_calls(PARIS))
+    assert accepts(required, hermes_calls(PARIS, UTC))
+    assert not accepts(required, "")
+    assert not accepts(required, "It is sunny.")
+    assert not accepts(required, hermes_calls({"name": "get_weather", "arguments": {"town": "Paris"}}))
+    assert not accepts(required, hermes_calls({"name": "get_stock", "arguments": {}}))
+    assert not accepts(required, json.dumps([PARIS]))  # our own list is not this family's syntax
+
+
+def test_hermes_without_parallel_calls_is_exactly_one_call() -> None:
+    one = grammar("hermes", ToolMode.REQUIRED, parallel=False)
+    assert accepts(one, hermes_calls(PARIS))
+    assert not accepts(one, hermes_calls(PARIS, UTC))
+
+
+def test_hermes_auto_is_text_or_calls() -> None:
+    auto = grammar("hermes", ToolMode.AUTO)
+    assert accepts(auto, "It is sunny.")
+    assert accepts(auto, hermes_calls(PARIS, UTC))
+    assert not accepts(auto, "<tool_call>\n{not json}\n</tool_call>")
+
+
+def test_auto_with_a_json_answer_is_that_answer_or_calls() -> None:
+    answer = json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    for form, calls in (("hermes", hermes_calls(PARIS)), ("generic", "<tool_call>" + json.dumps([PARIS]))):
+        auto = grammar(form, ToolMode.AUTO, answer=answer)
+        assert accepts(auto, '{"n": 4}')
+        assert accepts(auto, calls)
+        assert not accepts(auto, "Four.")
+
+
+@pytest.mark.parametrize("form", sorted(FORMATS))
+def test_a_named_function_is_its_bare_arguments_in_every_format(form: str) -> None:
+    named = grammar(form, ToolMode.NAMED)
+    assert accepts(named, '{"city": "Paris"}')
+    assert not accepts(named, hermes_calls(PARIS))
+
+
+def test_generic_required_is_a_json_list_of_calls() -> None:
+    required = grammar("generic", ToolMode.REQUIRED, parallel=False)
+    assert accepts(required, json.dumps([PARIS]))
+    assert not accepts(required, json.dumps([PARIS, UTC]))
+
+
+@pytest.mark.parametrize("form", sorted(FORMATS))
+def test_earlier_calls_are_written_as_the_format_constrains_them(form: str) -> None:
+    calls = (PastCall("get_weather", '{"city": "Paris"}', "call_1"), PastCall("get_time", '{"tz": "UTC"}'))
+    written = FORMATS[form].write(calls)
+    assert accepts(grammar(form, ToolMode.AUTO), written)
+
+
+def test_the_format_is_detected_from_the_template() -> None:
+    hermes = "{% if tools %}<tools>{{ tools | tojson }}</tools> <tool_call>...</tool_call>{% endif %}"
+    assert detect_format(hermes) is FORMATS["hermes"]
+    assert renders_tools(hermes)
+    plain = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    assert detect_format(plain) is FORMATS["generic"]
+    assert not renders_tools(plain)
+    assert detect_format(None) is FORMATS["generic"]
+
+
+def test_the_instructions_name_the_functions_and_the_formats_syntax() -> None:
+    tools = ToolRequest((WEATHER, TIME), ToolMode.AUTO)
+    generic = FORMATS["generic"].instructions(tools)
+    assert "get_weather" in generic and "The weather in a city" in generic and "get_time" in generic
+    assert "<tool_call> followed by a JSON list" in generic and generic.endswith("otherwise reply normally.")
+    assert FORMATS["generic"].instructions(tools, json_answer=True).endswith("otherwise reply with the JSON answer.")
+    assert "</tool_call>" in FORMATS["hermes"].instructions(tools)
+    named = FORMATS["hermes"].instructions(ToolRequest((WEATHER,), ToolMode.NAMED, False))
+    assert named.endswith("Reply with the JSON arguments for get_weather.")
+
+
+def test_a_tool_request_travels_as_json() -> None:
+    tools = ToolRequest((WEATHER, TIME), ToolMode.REQUIRED, parallel=False)
+    assert ToolRequest.from_json(tools.to_json()) == tools
+    assert tools.openai_tools()[0] == {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "The weather in a city", "parameters": WEATHER.parameters},
+    }
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        ("not json", "tools must be JSON"),
+        ('{"functions": [], "mode": "auto"}', "at least one function"),
+        ('{"functions": [{"name": "f"}], "mode": "sometimes"}', "tools must be JSON"),
+        ('{"functions": [{"name": "f"}, {"name": "g"}], "mode": "named"}', "exactly that one function"),
+    ],
+)
+def test_a_bad_tool_request_is_refused(payload: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        ToolRequest.from_json(payload)
