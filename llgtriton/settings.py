@@ -165,7 +165,7 @@ class EngineSettings(_Section):
     chat_template: Path | None = Field(
         None, description="Jinja chat template file overriding the model's own template."
     )
-    tool_call_parser: Literal["auto", "generic", "hermes"] = Field(
+    tool_call_parser: Literal["auto", "generic", "hermes", "llama3_json"] = Field(
         "auto",
         description="The format tool calls are rendered, constrained and read in (vLLM's names; 'auto': from"
         " the chat template, 'generic' for templates without a tools section).",

@@ -8,6 +8,8 @@ backend names in its first response.
 - ``generic``: ``<tool_call>`` and a JSON list of ``{"name", "arguments"}`` objects (ours, for
   templates without a tools section).
 - ``hermes`` (Qwen 2.5/3, Hermes): each call is ``<tool_call>\\n{"name", "arguments"}\\n</tool_call>``.
+- ``llama3_json`` (Llama 3.1-3.3): each call is a bare ``{"name", "parameters"}`` object, several
+  separated by ``; ``.
 
 Under ``auto`` the output is either plain text or calls: text may not begin with the call syntax's
 first character, and calls begin with it.
@@ -29,22 +31,31 @@ from llgtriton.tools import Function, PastCall, ToolMode, ToolRequest
 class ToolCallFormat:
     """One family's call syntax.
 
-    ``trigger`` begins the calls; ``listed`` calls sit in one JSON list after it, otherwise each
-    call is a JSON object between ``trigger`` and ``closer``. ``arguments_key`` names the arguments.
+    ``listed``: the calls sit in one JSON list after ``trigger``. Otherwise each call is a JSON
+    object written as ``opener`` + object + ``closer``, calls separated by ``separator``; under
+    ``auto`` the calls begin with ``trigger``, which is the opener's start (or, when the opener is
+    empty, the object's own ``{``). ``arguments_key`` names the arguments.
     """
 
     name: str
     trigger: str
     listed: bool
+    opener: str = ""
     closer: str = ""
+    separator: str = ""
     arguments_key: str = "arguments"
+
+    @property
+    def trigger_is_call(self) -> bool:
+        """Whether the trigger is part of the first call's text (a reader must keep it)."""
+        return not self.listed and not self.opener
 
     def write(self, calls: Sequence[PastCall]) -> str:
         """Earlier calls as the model writes them (for templates that cannot render them)."""
         objects = [{"name": c.name, self.arguments_key: _parsed(c.arguments)} for c in calls]
         if self.listed:
             return self.trigger + json.dumps(objects, ensure_ascii=False)
-        return "\n".join(f"{self.trigger}\n{json.dumps(o, ensure_ascii=False)}\n{self.closer}" for o in objects)
+        return self.separator.join(f"{self.opener}{json.dumps(o, ensure_ascii=False)}{self.closer}" for o in objects)
 
     def grammar(self, tools: ToolRequest, answer_schema: str | None = None) -> str:
         """The Lark grammar of an output under ``tools``; ``answer_schema`` (JSON text) is what a
@@ -56,9 +67,10 @@ class ToolCallFormat:
             calls = f"calls: {json.dumps(self.trigger) + ' ' if tools.mode is ToolMode.AUTO else ''}list\n"
             calls += f"list: %json {_json(schema)}"
         else:
-            repeat = ' ("\\n" call)*' if tools.parallel else ""
+            repeat = f" ({json.dumps(self.separator)} call)*" if tools.parallel else ""
             calls = f"calls: call{repeat}\n"
-            calls += f"call: {json.dumps(self.trigger + chr(10))} object {json.dumps(chr(10) + self.closer)}\n"
+            call = " ".join(part for part in (_literal(self.opener), "object", _literal(self.closer)) if part)
+            calls += f"call: {call}\n"
             calls += f"object: %json {_json(_call_schema(tools.functions, self.arguments_key))}"
         if tools.mode is ToolMode.REQUIRED:
             return f"start: calls\n{calls}"
@@ -82,7 +94,8 @@ class ToolCallFormat:
         elif self.listed:
             how = f"{self.trigger} followed by a JSON list of calls, each {call}"
         else:
-            how = f"each call as {self.trigger} {call} {self.closer}"
+            written = " ".join(part for part in (self.opener.strip(), call, self.closer.strip()) if part)
+            how = f"each call as {written}, separated by {json.dumps(self.separator)}"
         if tools.mode is ToolMode.REQUIRED:
             return f"{described}\nReply with {how}."
         otherwise = "otherwise reply with the JSON answer" if json_answer else "otherwise reply normally"
@@ -91,21 +104,33 @@ class ToolCallFormat:
 
 FORMATS: dict[str, ToolCallFormat] = {
     "generic": ToolCallFormat("generic", "<tool_call>", listed=True),
-    "hermes": ToolCallFormat("hermes", "<tool_call>", listed=False, closer="</tool_call>"),
+    "hermes": ToolCallFormat(
+        "hermes", "<tool_call>", listed=False, opener="<tool_call>\n", closer="\n</tool_call>", separator="\n"
+    ),
+    # Llama 3.1-3.3's JSON tool calling: a bare object whose arguments are "parameters".
+    "llama3_json": ToolCallFormat("llama3_json", "{", listed=False, separator="; ", arguments_key="parameters"),
 }
-PARSER_NAMES = ("auto", *FORMATS)
 
 
 def detect_format(template: str | None) -> ToolCallFormat:
     """The family a chat template's tools section writes calls in; ``generic`` when it has none."""
-    if template and "tools" in template and "<tool_call>" in template:
+    if not renders_tools(template):
+        return FORMATS["generic"]
+    assert template is not None
+    if "<tool_call>" in template:
         return FORMATS["hermes"]
+    if "<|python_tag|>" in template or ("<|eom_id|>" in template and '"parameters"' in template):
+        return FORMATS["llama3_json"]
     return FORMATS["generic"]
 
 
 def renders_tools(template: str | None) -> bool:
     """Whether a chat template has a tools section (it reads the ``tools`` variable)."""
     return bool(template) and re.search(r"\btools\b", template or "") is not None
+
+
+def _literal(text: str) -> str:
+    return json.dumps(text) if text else ""
 
 
 def _json(schema: Any) -> str:

@@ -218,7 +218,8 @@ def parse_calls(plan: ToolPlan, text: str, form: ToolCallFormat = FORMATS["gener
     if plan.mode is ToolMode.AUTO:
         if not _calling(text, form.trigger):
             return None
-        text = text[len(form.trigger) :]
+        if not form.trigger_is_call:
+            text = text[len(form.trigger) :]
     reader = CallListReader([f.name for f in plan.functions], form)
     reader.feed(text)
     reader.finish()
@@ -236,6 +237,7 @@ class ToolCallStream:
     def __init__(self, plan: ToolPlan, form: ToolCallFormat = FORMATS["generic"]) -> None:
         self._plan = plan
         self._trigger = form.trigger
+        self._keeps_trigger = form.trigger_is_call
         self._reader = CallListReader([f.name for f in plan.functions], form)
         self._pending = ""  # AUTO: text that might still turn out to be the call marker
         self._calling = plan.mode is not ToolMode.AUTO
@@ -255,7 +257,8 @@ class ToolCallStream:
             self._pending += text
             if self._pending.startswith(self._trigger):
                 self._decided = self._calling = True
-                text, self._pending = self._pending[len(self._trigger) :], ""
+                kept = 0 if self._keeps_trigger else len(self._trigger)
+                text, self._pending = self._pending[kept:], ""
             elif not self._trigger.startswith(self._pending):
                 self._decided = True
                 text, self._pending = self._pending, ""

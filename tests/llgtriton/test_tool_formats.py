@@ -131,3 +131,25 @@ def test_a_tool_request_travels_as_json() -> None:
 def test_a_bad_tool_request_is_refused(payload: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         ToolRequest.from_json(payload)
+
+
+def llama_calls(*calls: dict[str, Any]) -> str:
+    return "; ".join(json.dumps({"name": c["name"], "parameters": c["arguments"]}) for c in calls)
+
+
+def test_llama3_json_is_bare_objects_with_parameters() -> None:
+    required = grammar("llama3_json", ToolMode.REQUIRED)
+    assert accepts(required, llama_calls(PARIS))
+    assert accepts(required, llama_calls(PARIS, UTC))
+    assert not accepts(required, json.dumps(PARIS))  # "arguments" is not this family's key
+    assert not accepts(grammar("llama3_json", ToolMode.REQUIRED, parallel=False), llama_calls(PARIS, UTC))
+    auto = grammar("llama3_json", ToolMode.AUTO)
+    assert accepts(auto, "It is sunny.")
+    assert accepts(auto, llama_calls(UTC))
+    assert not accepts(auto, "{not a call")
+
+
+def test_a_llama_template_is_detected() -> None:
+    llama = '{% if tools %}{{ tools | tojson }} Respond as {"name": ..., "parameters": ...}<|eom_id|>{% endif %}'
+    assert detect_format(llama) is FORMATS["llama3_json"]
+    assert detect_format("{% if tools %}{{ tools | tojson }}<|python_tag|>{% endif %}") is FORMATS["llama3_json"]

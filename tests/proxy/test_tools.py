@@ -479,16 +479,26 @@ def hermes_text(calls: list[tuple[str, dict[str, Any]]], dumps: dict[str, Any]) 
     return "\n".join(f"<tool_call>\n{text}\n</tool_call>" for text in objects)
 
 
+def llama_text(calls: list[tuple[str, dict[str, Any]]], dumps: dict[str, Any]) -> str:
+    """Calls as llama3_json writes them: bare objects with "parameters", separated by "; "."""
+    return "; ".join(json.dumps({"name": name, "parameters": arguments}, **dumps) for name, arguments in calls)
+
+
+WRITERS = {"hermes": hermes_text, "llama3_json": llama_text}
+
+
 @settings(max_examples=100, deadline=None)
-@given(CALLS, st.sampled_from(["required", "auto"]), st.sampled_from(DUMPS), st.data())
-def test_streamed_hermes_calls_reassemble_to_the_parsed_calls(
-    calls: list[tuple[str, dict[str, Any]]], mode: str, dumps: dict[str, Any], data: st.DataObject
+@given(
+    CALLS, st.sampled_from(["required", "auto"]), st.sampled_from(sorted(WRITERS)), st.sampled_from(DUMPS), st.data()
+)
+def test_streamed_calls_in_a_models_format_reassemble_to_the_parsed_calls(
+    calls: list[tuple[str, dict[str, Any]]], mode: str, form: str, dumps: dict[str, Any], data: st.DataObject
 ) -> None:
     """However the text is cut into chunks (one chunk may carry whole calls, even two)."""
     made = plan(mode)
-    text = hermes_text(calls, dumps)
-    tool_stream, result = stream(made, chunked(text, data), "hermes")
-    parsed = parse_calls(made, text, FORMATS["hermes"])
+    text = WRITERS[form](calls, dumps)
+    tool_stream, result = stream(made, chunked(text, data), form)
+    parsed = parse_calls(made, text, FORMATS[form])
     assert parsed is not None
     assert result.content == ""
     assert named_and_arguments(result.calls) == [(c.name, c.arguments) for c in parsed]
