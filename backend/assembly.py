@@ -124,7 +124,7 @@ def front_door(
     """The service in front of ``runner``: the model's chat template, the response pump if asked for."""
     return GenerationService(
         tokenizer,
-        ChatTemplate(tokenizer, settings.chat_template, settings.tool_call_parser),
+        ChatTemplate(tokenizer, settings.chat_template, settings.tool_call_parser, settings.reasoning_parser),
         runner,
         vocab_size=vocab_size,
         max_model_len=max_model_len,

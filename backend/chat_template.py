@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from backend.errors import InvalidRequest
 from backend.model_loader import ModelLoadError
+from llgtriton.reasoning import REASONING_FORMATS, ReasoningFormat, detect_reasoning
 from llgtriton.tool_formats import FORMATS, ToolCallFormat, detect_format, renders_tools
 from llgtriton.tools import PastCall, ToolRequest
 from llgtriton.wire import ChatMessage
@@ -24,7 +25,13 @@ logger = logging.getLogger(__name__)
 
 
 class ChatTemplate:
-    def __init__(self, tokenizer: Any, override: Path | None = None, tool_call_parser: str = "auto") -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        override: Path | None = None,
+        tool_call_parser: str = "auto",
+        reasoning_parser: str = "auto",
+    ) -> None:
         self._tokenizer = tokenizer
         self._template: str | None = None
         if override is not None:
@@ -42,12 +49,38 @@ class ChatTemplate:
             self.tool_format = FORMATS[tool_call_parser]
         # Our own format is the fallback's: a template that knows tools writes them its own way.
         self.renders_tools = renders_tools(source) and self.tool_format.name != "generic"
+        self.reasoning: ReasoningFormat | None = None
+        if reasoning_parser == "auto":
+            self.reasoning = detect_reasoning(source, self._generation_prompt())
+            if self.reasoning is not None:
+                logger.info("reasoning: %s format, detected from the chat template", self.reasoning.name)
+        elif reasoning_parser != "none":
+            self.reasoning = REASONING_FORMATS[reasoning_parser]
+
+    def _generation_prompt(self) -> str:
+        """What the template writes for the assistant to begin, after one user message (text)."""
+        try:
+            text = self._tokenizer.apply_chat_template(
+                [{"role": "user", "content": "x"}],
+                chat_template=self._template,
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+        except Exception:  # a template that refuses this conversation: nothing to detect from
+            return ""
+        return str(text)
 
     def render(
-        self, messages: Sequence[ChatMessage], tools: ToolRequest | None = None, *, json_answer: bool = False
+        self,
+        messages: Sequence[ChatMessage],
+        tools: ToolRequest | None = None,
+        *,
+        json_answer: bool = False,
+        template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[int]:
         """Prompt token ids for ``messages``, ending with the assistant generation prompt (``tools``: what
-        the answer may call; ``json_answer``: a plain answer must be JSON)."""
+        the answer may call; ``json_answer``: a plain answer must be JSON; ``template_kwargs``: the
+        request's variables for the template, such as ``enable_thinking``)."""
         if self.renders_tools:
             conversation = [_native(m) for m in messages]
             extra: dict[str, Any] = {"tools": tools.openai_tools()} if tools is not None else {}
@@ -62,7 +95,7 @@ class ChatTemplate:
                 add_generation_prompt=True,
                 tokenize=True,
                 return_dict=False,
-                **extra,
+                **{**(template_kwargs or {}), **extra},
             )
         except Exception as exc:  # jinja2 raises TemplateError and raise_exception() messages
             raise InvalidRequest(f"the chat template rejected the messages: {exc}") from exc

@@ -20,6 +20,7 @@ from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.response_pump import ResponsePump
 from backend.telemetry import StepCounters
 from llgtriton.guides import ANY_JSON_OBJECT, GuideError, grammar_for
+from llgtriton.reasoning import ReasoningFormat, thinks
 from llgtriton.tool_formats import ToolCallFormat
 from llgtriton.wire import (
     LOGIT_BIAS_BOUND,
@@ -77,16 +78,18 @@ def _answer_schema(request: GenerationRequest) -> str | None:
     raise InvalidRequest("tools combine only with a JSON answer format (json_object or json_schema)")
 
 
-class _NamingFormat:
-    """A sink whose first response names the format the calls are written in."""
+class _NamingFormats:
+    """A sink whose first response names the formats the calls and the thinking are written in."""
 
-    def __init__(self, sink: ResponseSink, tool_call_format: str) -> None:
+    def __init__(self, sink: ResponseSink, tool_call_format: str, reasoning_format: str) -> None:
         self._sink = sink
-        self._format = tool_call_format
+        self._formats: tuple[str, str] | None = (tool_call_format, reasoning_format)
 
     def send(self, output: GenerationOutput, *, final: bool) -> None:
-        if self._format:
-            output, self._format = dataclasses.replace(output, tool_call_format=self._format), ""
+        if self._formats is not None:
+            tool_call_format, reasoning_format = self._formats
+            output = dataclasses.replace(output, tool_call_format=tool_call_format, reasoning_format=reasoning_format)
+            self._formats = None
         self._sink.send(output, final=final)
 
     def fail(self, error: Exception) -> None:
@@ -185,7 +188,9 @@ class GenerationService:
         )
         if request.messages is not None:
             json_answer = request.guide_type in (GuideType.JSON, GuideType.JSON_SCHEMA)
-            ids = self._chat_template.render(request.messages, request.tools, json_answer=json_answer)
+            ids = self._chat_template.render(
+                request.messages, request.tools, json_answer=json_answer, template_kwargs=request.chat_template_kwargs
+            )
         else:
             assert request.prompt is not None
             ids = list(self._tokenizer.encode(request.prompt))
@@ -204,12 +209,23 @@ class GenerationService:
         """
         try:
             if request.tools is not None:
-                return grammar_for(GuideType.LARK, self.tool_format.grammar(request.tools, _answer_schema(request)))
-            if request.guide_type is None:
+                grammar = grammar_for(GuideType.LARK, self.tool_format.grammar(request.tools, _answer_schema(request)))
+            elif request.guide_type is not None:
+                grammar = grammar_for(request.guide_type, request.guide)
+            else:
                 return None
-            return grammar_for(request.guide_type, request.guide)
-        except GuideError as exc:
+            reasoning = self.reasoning(request)
+            return grammar if reasoning is None else reasoning.after_thinking(grammar)
+        except (GuideError, ValueError) as exc:
             raise InvalidRequest(str(exc)) from None
+
+    def reasoning(self, request: GenerationRequest) -> ReasoningFormat | None:
+        """How the output of ``request`` marks its thinking; None when it does not think (a prompt
+        that is no conversation goes through no template, and so starts no thinking)."""
+        if request.messages is None:
+            return None
+        form = self._chat_template.reasoning
+        return form if thinks(form, request.chat_template_kwargs) else None
 
     def prepare(self, request: GenerationRequest, request_id: str) -> EngineRequest:
         grammar = self.grammar(request)
@@ -284,8 +300,10 @@ class GenerationService:
     def submit_now(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
         """Validate and enqueue on this thread; raises a :class:`BackendError` for a request that cannot be served."""
         prepared = self.prepare(request, request_id)
-        if request.tools is not None:  # (outside the pump, which may merge the first responses)
-            sink = _NamingFormat(sink, self.tool_format.name)
+        reasoning = self.reasoning(request)
+        if request.tools is not None or reasoning is not None:  # (outside the pump, which may merge responses)
+            tool_format = self.tool_format.name if request.tools is not None else ""
+            sink = _NamingFormats(sink, tool_format, reasoning.name if reasoning is not None else "")
         if self._pump is None:
             self._scheduler.submit(prepared, sink)
             return

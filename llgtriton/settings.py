@@ -165,6 +165,11 @@ class EngineSettings(_Section):
     chat_template: Path | None = Field(
         None, description="Jinja chat template file overriding the model's own template."
     )
+    reasoning_parser: Literal["auto", "none", "deepseek_r1", "qwen3"] = Field(
+        "auto",
+        description="How the model marks its thinking, which goes to reasoning_content and is never constrained"
+        " ('auto': from the chat template, 'none': the output is all answer).",
+    )
     tool_call_parser: Literal["auto", "generic", "hermes", "llama3_json"] = Field(
         "auto",
         description="The format tool calls are rendered, constrained and read in (vLLM's names; 'auto': from"

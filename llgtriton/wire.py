@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,8 @@ RETURN_LOG_PROBS = "return_log_probs"  # TensorRT-LLM's name
 TOP_LOGPROBS = "top_logprobs"
 RETURN_PROMPT_LOG_PROBS = "return_prompt_log_probs"  # the prompt's own tokens' logprobs, for scoring
 LOGIT_BIAS = "logit_bias"  # JSON object {"<token id>": bias}, as OpenAI's
-TOOLS = "tools"  # JSON {functions, mode, parallel}: llgtriton.tool_formats.ToolRequest
+TOOLS = "tools"  # JSON {functions, mode, parallel}: llgtriton.tools.ToolRequest
+CHAT_TEMPLATE_KWARGS = "chat_template_kwargs"  # JSON object passed to the chat template (vLLM's name)
 
 # Bounds both the proxy and the backend enforce (OpenAI's own).
 MAX_TOP_LOGPROBS = 20
@@ -69,6 +70,7 @@ NUM_OUTPUT_TOKENS = "num_output_tokens"
 TOKEN_LOGPROBS = "token_logprobs"  # JSON list, one entry per token of this response ("" when not asked)
 PROMPT_LOGPROBS = "prompt_logprobs"  # JSON object, on a request's first response ("" otherwise)
 TOOL_CALL_FORMAT = "tool_call_format"  # the family calls are written in, on the first response of a request with tools
+REASONING_FORMAT = "reasoning_format"  # how the output's thinking is marked, on the first response of one that thinks
 
 # Triton data types of every tensor, as written in config.pbtxt (TYPE_<name>).
 INPUT_TYPES: dict[str, str] = {
@@ -91,6 +93,7 @@ INPUT_TYPES: dict[str, str] = {
     RETURN_PROMPT_LOG_PROBS: "BOOL",
     LOGIT_BIAS: "STRING",
     TOOLS: "STRING",
+    CHAT_TEMPLATE_KWARGS: "STRING",
 }
 OUTPUT_TYPES: dict[str, str] = {
     TEXT_OUTPUT: "STRING",
@@ -100,6 +103,7 @@ OUTPUT_TYPES: dict[str, str] = {
     TOKEN_LOGPROBS: "STRING",
     PROMPT_LOGPROBS: "STRING",
     TOOL_CALL_FORMAT: "STRING",
+    REASONING_FORMAT: "STRING",
 }
 # Inputs whose dims are [-1] (a list per request); all others are [1].
 LIST_INPUTS = frozenset({STOP_WORDS, INPUT_IDS})
@@ -198,6 +202,7 @@ class GenerationRequest:
     prompt_logprobs: bool = False  # report the prompt tokens' log probabilities (max_tokens may then be 0)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
     tools: ToolRequest | None = None  # functions the output may call, in the model's own format
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"enable_thinking": false}
 
     def __post_init__(self) -> None:
         if [self.prompt, self.messages, self.prompt_token_ids].count(None) != 2:
@@ -239,6 +244,7 @@ class GenerationOutput:
     logprobs: tuple[TokenLogprob, ...] | None = None
     prompt_logprobs: PromptLogprobs | None = None  # on the first response, when the request asked
     tool_call_format: str = ""  # on the first response of a request with tools (tool_formats.FORMATS)
+    reasoning_format: str = ""  # on the first response of an output that thinks (reasoning.REASONING_FORMATS)
 
 
 # Encoding -----------------------------------------------------------------------------------
@@ -293,6 +299,8 @@ def encode_request(request: GenerationRequest) -> dict[str, Array]:
         tensors[LOGIT_BIAS] = _scalar(LOGIT_BIAS, json.dumps({str(t): b for t, b in request.logit_bias}))
     if request.tools is not None:
         tensors[TOOLS] = _scalar(TOOLS, request.tools.to_json())
+    if request.chat_template_kwargs:
+        tensors[CHAT_TEMPLATE_KWARGS] = _scalar(CHAT_TEMPLATE_KWARGS, json.dumps(request.chat_template_kwargs))
     return tensors
 
 
@@ -369,6 +377,7 @@ def encode_output(output: GenerationOutput) -> dict[str, Array]:
         TOKEN_LOGPROBS: _scalar(TOKEN_LOGPROBS, _logprobs_json(output.logprobs)),
         PROMPT_LOGPROBS: _scalar(PROMPT_LOGPROBS, _prompt_logprobs_json(output.prompt_logprobs)),
         TOOL_CALL_FORMAT: _scalar(TOOL_CALL_FORMAT, output.tool_call_format),
+        REASONING_FORMAT: _scalar(REASONING_FORMAT, output.reasoning_format),
     }
 
 
@@ -523,6 +532,12 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
             tools = ToolRequest.from_json(_text(tools_value, TOOLS))
         except ValueError as exc:
             raise WireError(f"{TOOLS!r}: {exc}") from None
+    kwargs_value = _one(get, CHAT_TEMPLATE_KWARGS)
+    template_kwargs: Any = {}
+    if kwargs_value is not None and _text(kwargs_value, CHAT_TEMPLATE_KWARGS):
+        template_kwargs = _json_value(_text(kwargs_value, CHAT_TEMPLATE_KWARGS), CHAT_TEMPLATE_KWARGS)
+        if not isinstance(template_kwargs, dict):
+            raise WireError(f"{CHAT_TEMPLATE_KWARGS!r} must be a JSON object")
     request = GenerationRequest(
         prompt=None if prompt_value is None else _text(prompt_value, TEXT_INPUT),
         messages=None if messages_value is None else _messages(_text(messages_value, CHAT_MESSAGES)),
@@ -543,6 +558,7 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
         prompt_logprobs=bool(prompt_logprobs_value) if prompt_logprobs_value is not None else False,
         logit_bias=() if bias_value is None else _logit_bias(_text(bias_value, LOGIT_BIAS)),
         tools=tools,
+        chat_template_kwargs=template_kwargs,
     )
     _check_bounds(request)
     return request
@@ -579,4 +595,5 @@ def decode_output_values(values: ValuesGetter) -> GenerationOutput:
         logprobs=_logprobs_from_json(_text(_single(values, TOKEN_LOGPROBS) or b"", TOKEN_LOGPROBS)),
         prompt_logprobs=_prompt_logprobs_from_json(_text(_single(values, PROMPT_LOGPROBS) or b"", PROMPT_LOGPROBS)),
         tool_call_format=_text(_single(values, TOOL_CALL_FORMAT) or b"", TOOL_CALL_FORMAT),
+        reasoning_format=_text(_single(values, REASONING_FORMAT) or b"", REASONING_FORMAT),
     )

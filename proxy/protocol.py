@@ -233,6 +233,9 @@ class ChatCompletionRequest(GenerationRequestBase):
     function_call: FunctionChoice = Field(None, description="Deprecated: tool_choice.")
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS), BeforeValidator(_integral)] | None = None
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="Variables for the model's chat template, e.g. {\"enable_thinking\": false} (vLLM's field)."
+    )
 
 
 class CompletionRequest(GenerationRequestBase):
@@ -320,6 +323,7 @@ class ToolCall(_Response):
 class AssistantMessage(_Response):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    reasoning_content: str | None = Field(None, exclude_if=lambda text: text is None)  # a reasoning model's thinking
     tool_calls: list[ToolCall] | None = Field(None, exclude_if=lambda calls: calls is None)
     function_call: FunctionCall | None = Field(None, exclude_if=lambda call: call is None)
 
@@ -373,6 +377,7 @@ class ToolCallDelta(_Response):
 class ChatDelta(_Response):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = Field(None, exclude_if=lambda text: text is None)  # a reasoning model's thinking
     tool_calls: list[ToolCallDelta] | None = Field(None, exclude_if=lambda calls: calls is None)
     function_call: FunctionCallDelta | None = Field(None, exclude_if=lambda call: call is None)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -34,6 +34,7 @@ from proxy.protocol import (
     new_id,
     now,
 )
+from proxy.reasoning import ReasoningSplitter, Split, reasoning_format, split_reasoning
 from proxy.tool_calls import ToolCallStream, parse_calls
 from proxy.tools import ToolPlan
 from proxy.translate import chat_generation, completion_generation
@@ -51,6 +52,7 @@ class _Finished:
     logprobs: tuple[wire.TokenLogprob, ...] | None
     prompt_logprobs: wire.PromptLogprobs | None = None
     tool_call_format: str = ""
+    reasoning_format: str = ""
 
     @property
     def reason(self) -> wire.FinishReason:
@@ -62,19 +64,20 @@ async def _final(outputs: AsyncIterator[wire.GenerationOutput]) -> _Finished:
     parts: list[str] = []
     logprobs: list[wire.TokenLogprob] = []
     prompt_logprobs: wire.PromptLogprobs | None = None
-    tool_call_format = ""
+    tool_call_format = reasoning = ""
     last: wire.GenerationOutput | None = None
     async for output in outputs:
         parts.append(output.text)
         logprobs.extend(output.logprobs or ())
         prompt_logprobs = prompt_logprobs or output.prompt_logprobs
         tool_call_format = tool_call_format or output.tool_call_format
+        reasoning = reasoning or output.reasoning_format
         last = output
     if last is None or last.finish_reason is None:
         raise InternalError("the generation ended without a finish reason")
     # Every output of a request that asked for logprobs carries them (possibly empty); others carry None.
     logprobs_read = None if last.logprobs is None else tuple(logprobs)
-    return _Finished("".join(parts), last, logprobs_read, prompt_logprobs, tool_call_format)
+    return _Finished("".join(parts), last, logprobs_read, prompt_logprobs, tool_call_format, reasoning)
 
 
 def _copies(generation: wire.GenerationRequest, n: int) -> list[wire.GenerationRequest]:
@@ -240,7 +243,11 @@ class Generations:
         )
         choices = []
         for index, done in enumerate(finished):
-            message, finish = _assistant(translation.tools, done.text, done.reason, done.tool_call_format)
+            form = reasoning_format(done.reasoning_format)
+            split = split_reasoning(form, done.text)
+            message, finish = _assistant(translation.tools, split.content, done.reason, done.tool_call_format)
+            if split.reasoning:
+                message = message.model_copy(update={"reasoning_content": split.reasoning})
             logprobs = chat_logprobs(done.logprobs) if done.logprobs is not None else None
             choices.append(ChatChoice(index=index, message=message, finish_reason=finish, logprobs=logprobs))
         return ChatCompletion(
@@ -269,21 +276,35 @@ class Generations:
                     choices=[ChatChunkChoice(index=index, delta=delta, finish_reason=finish, logprobs=logprobs)],
                 )
 
+            def answer(text: str, output: wire.GenerationOutput | None = None) -> Iterator[ChatCompletionChunk]:
+                if tools is not None:
+                    yield from (chunk(delta) for delta in tools.feed(text))
+                elif text or (output is not None and output.logprobs):
+                    yield chunk(ChatDelta(content=text), output=output)
+
             tools: ToolCallStream | None = None
+            thinking: ReasoningSplitter | None = None
             last: wire.GenerationOutput | None = None
             async for output in self._client.generate(generation, _request_id(completion_id, index, request.n)):
-                if last is None:
+                if last is None:  # the first response names the formats of the calls and the thinking
                     yield chunk(ChatDelta(role="assistant", content=""))
-                    if translation.tools is not None:  # the first response names the calls' format
+                    if translation.tools is not None:
                         tools = ToolCallStream(translation.tools, call_format(output.tool_call_format))
-                if tools is not None:
-                    for delta in tools.feed(output.text):
-                        yield chunk(delta)
-                elif output.text or output.logprobs:
-                    yield chunk(ChatDelta(content=output.text), output=output)
+                    form = reasoning_format(output.reasoning_format)
+                    thinking = ReasoningSplitter(form) if form is not None else None
+                split = thinking.feed(output.text) if thinking is not None else Split(content=output.text)
+                if split.reasoning:
+                    yield chunk(ChatDelta(reasoning_content=split.reasoning))
+                for item in answer(split.content, output):
+                    yield item
                 last = output
             if last is None or last.finish_reason is None:
                 raise InternalError("the generation ended without a finish reason")
+            rest = thinking.finish() if thinking is not None else Split()
+            if rest.reasoning:
+                yield chunk(ChatDelta(reasoning_content=rest.reasoning))
+            for item in answer(rest.content):
+                yield item
             for delta in tools.finish() if tools is not None else []:
                 yield chunk(delta)
             called = tools is not None and tools.calls > 0

@@ -241,6 +241,7 @@ class _Inputs:
     prompt_token_ids: tuple[int, ...] | None = None
     prompt_logprobs: bool = False
     tools: ToolRequest | None = None
+    template_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _generation(
@@ -267,6 +268,7 @@ def _generation(
         prompt_logprobs=inputs.prompt_logprobs,
         logit_bias=tuple((int(token), bias) for token, bias in (request.logit_bias or {}).items()),
         tools=inputs.tools,
+        chat_template_kwargs=inputs.template_kwargs,
     )
 
 
@@ -333,6 +335,7 @@ def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
         request.top_logprobs or 0,
         messages=messages,
         tools=None if plan is None else plan.request,
+        template_kwargs=request.chat_template_kwargs or {},
     )
     return ChatTranslation(_generation(request, constraint, inputs), plan)
 

@@ -10,6 +10,7 @@ import pytest
 from backend.chat_template import ChatTemplate
 from backend.errors import InvalidRequest
 from backend.model_loader import ModelLoadError
+from llgtriton.reasoning import REASONING_FORMATS
 from llgtriton.tool_formats import FORMATS
 from llgtriton.tools import Function, PastCall, ToolMode, ToolRequest
 from llgtriton.wire import ChatMessage
@@ -99,3 +100,27 @@ def test_a_chosen_format_on_a_template_without_a_tools_section_is_described_in_i
     text = tokenizer.decode(template.render(CONVERSATION[1:], ToolRequest((WEATHER,), ToolMode.REQUIRED)))
     assert "each call as <tool_call>" in text and "</tool_call>" in text
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+
+
+# Reasoning: detected from the template, turned off by a request where the template allows ---------
+
+TEMPLATES = Path(__file__).parents[1] / "fixtures" / "chat_templates"
+
+
+def test_a_template_whose_prompt_opens_the_thinking_is_deepseek_r1(tokenizer: Any) -> None:
+    template = ChatTemplate(tokenizer, TEMPLATES / "r1_thinking.jinja")
+    assert template.reasoning is REASONING_FORMATS["deepseek_r1"]
+    assert tokenizer.decode(template.render(MESSAGES)).endswith("<|im_start|>assistant\n<think>\n")
+
+
+def test_a_template_that_lets_the_model_open_it_is_qwen3_and_can_turn_it_off(tokenizer: Any) -> None:
+    template = ChatTemplate(tokenizer, TEMPLATES / "qwen3_thinking.jinja")
+    assert template.reasoning is REASONING_FORMATS["qwen3"]
+    assert tokenizer.decode(template.render(MESSAGES)).endswith("<|im_start|>assistant\n")
+    off = tokenizer.decode(template.render(MESSAGES, template_kwargs={"enable_thinking": False}))
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_templates_without_thinking_and_the_parser_turned_off_have_none(tokenizer: Any) -> None:
+    assert ChatTemplate(tokenizer).reasoning is None
+    assert ChatTemplate(tokenizer, TEMPLATES / "r1_thinking.jinja", reasoning_parser="none").reasoning is None
