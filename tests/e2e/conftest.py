@@ -7,7 +7,19 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from bench.harness import RunningServer
+from bench.harness import ROOT, RunningServer, start_server, stop_server
+
+HERMES_TEMPLATE = ROOT / "tests" / "fixtures" / "chat_templates" / "hermes.jinja"
+
+
+@pytest.fixture(scope="session")
+def hermes_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A second server: SmolLM2 with a Hermes-style chat template, whose tools section writes calls
+    in <tool_call> tags (tests/fixtures/chat_templates/hermes.jinja)."""
+    running = start_server(tmp_path_factory.mktemp("hermes") / "serve.log", f"--engine-chat-template={HERMES_TEMPLATE}")
+    yield running
+    stop_server(running)
+    assert "tool calls: hermes format, detected from the chat template" in running.log.read_text()
 
 
 @pytest.fixture(scope="module")

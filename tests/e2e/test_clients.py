@@ -21,8 +21,8 @@ CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"
 SUITE_TIMEOUT_S = 900
 
 
-@pytest.mark.skipif(not CLIENTS_PYTHON.exists(), reason="no .venv-clients: `make install` builds it")
-def test_the_client_libraries_work_unmodified(server: RunningServer) -> None:
+def run_suite(server: RunningServer, *paths: str) -> None:
+    """The client suite's ``paths`` against ``server``; fails with its report."""
     environment = {
         **os.environ,
         "LLGTRITON_CLIENTS_BASE_URL": server.openai_base_url,
@@ -31,10 +31,22 @@ def test_the_client_libraries_work_unmodified(server: RunningServer) -> None:
         "LLGTRITON_CLIENTS_TOKENIZER": str(checkpoint_path(EngineSettings())),
     }
     suite = [str(CLIENTS_PYTHON), "-m", "pytest", "-c", "/dev/null", "--confcutdir=tests/clients"]
-    suite += ["-p", "no:cacheprovider", "-q", "-rs", "tests/clients"]
+    suite += ["-p", "no:cacheprovider", "-q", "-rs", *paths]
     run = subprocess.run(
         suite, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S, check=False
     )
     report = run.stdout[-6000:] + run.stderr[-2000:]
     assert run.returncode == 0, report
     assert " passed" in report and "skipped" not in report.split("short test summary")[-1], report
+
+
+@pytest.mark.skipif(not CLIENTS_PYTHON.exists(), reason="no .venv-clients: `make install` builds it")
+def test_the_client_libraries_work_unmodified(server: RunningServer) -> None:
+    run_suite(server, "tests/clients")
+
+
+@pytest.mark.skipif(not CLIENTS_PYTHON.exists(), reason="no .venv-clients: `make install` builds it")
+def test_tools_and_structured_output_in_the_models_own_format(hermes_server: RunningServer) -> None:
+    """LangChain's bind_tools and with_structured_output, and the OpenAI Agents SDK's chat-completions
+    model with a function tool, against a model whose template writes calls in <tool_call> tags."""
+    run_suite(hermes_server, "tests/clients/test_langchain.py", "tests/clients/test_openai_agents.py")

@@ -7,19 +7,16 @@ template's ``<tool_call>`` syntax and reads them back; clients see OpenAI's ``to
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from bench.harness import ROOT, RunningServer, start_server, stop_server
+from bench.harness import RunningServer
 from tests.e2e.test_triton_grpc import run_stream, tensor, text_of
 
 pytestmark = pytest.mark.e2e
 
-HERMES_TEMPLATE = ROOT / "tests" / "fixtures" / "chat_templates" / "hermes.jinja"
 MODEL = "SmolLM2-135M-Instruct"
 WEATHER: dict[str, Any] = {
     "type": "function",
@@ -37,15 +34,6 @@ TIME: dict[str, Any] = {
     },
 }
 ASK: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-@pytest.fixture(scope="module")
-def hermes_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    log = tmp_path_factory.mktemp("hermes") / "serve.log"
-    running = start_server(log, f"--engine-chat-template={HERMES_TEMPLATE}")
-    yield running
-    stop_server(running)
-    assert "tool calls: hermes format, detected from the chat template" in Path(log).read_text()
 
 
 @pytest.fixture
