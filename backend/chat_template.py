@@ -16,10 +16,10 @@ from typing import Any
 
 from backend.errors import InvalidRequest
 from backend.model_loader import ModelLoadError
+from llgtriton.messages import ChatMessage
 from llgtriton.reasoning import REASONING_FORMATS, ReasoningFormat, detect_reasoning
 from llgtriton.tool_formats import FORMATS, ToolCallFormat, detect_format, renders_tools
 from llgtriton.tools import PastCall, ToolRequest
-from llgtriton.wire import ChatMessage
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,8 @@ class ChatTemplate:
         """Prompt token ids for ``messages``, ending with the assistant generation prompt (``tools``: what
         the answer may call; ``json_answer``: a plain answer must be JSON; ``template_kwargs``: the
         request's variables for the template, such as ``enable_thinking``)."""
+        # OpenAI's developer messages are what chat templates, which do not know that role, call system.
+        messages = [dataclasses.replace(m, role="system") if m.role == "developer" else m for m in messages]
         if self.renders_tools:
             conversation = [_native(m) for m in messages]
             extra: dict[str, Any] = {"tools": tools.openai_tools()} if tools is not None else {}
@@ -140,7 +142,7 @@ def _described(
     if tools is None:
         return written
     instructions = form.instructions(tools, json_answer)
-    if written and written[0].role in ("system", "developer"):
+    if written and written[0].role == "system":
         first = written[0]
         return [dataclasses.replace(first, content=f"{instructions}\n\n{first.content}"), *written[1:]]
     return [ChatMessage(role="system", content=instructions), *written]

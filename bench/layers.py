@@ -48,6 +48,7 @@ from bench.harness import RecordingSink, RunningServer, start_server, stop_serve
 from bench.reports import write_report
 from bench.tbt_overhead import random_checkpoint
 from llgtriton import wire
+from llgtriton.messages import ChatMessage
 from llgtriton.settings import EngineSettings
 from proxy.triton_client import TritonGenerationClient
 
@@ -94,7 +95,7 @@ class Timing:
 
 def generation(prompt: str, max_tokens: int, constrained: bool) -> wire.GenerationRequest:
     return wire.GenerationRequest(
-        messages=(wire.ChatMessage("user", prompt),),
+        messages=(ChatMessage("user", prompt),),
         max_tokens=max_tokens,
         stream=True,
         temperature=0.0,

@@ -40,8 +40,8 @@ from bench.harness import RecordingSink
 from bench.jsonschemabench import DEFAULT_DATA, load_schemas
 from bench.reports import write_report
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
+from llgtriton.messages import ChatMessage
 from llgtriton.settings import EngineSettings
-from llgtriton.wire import ChatMessage
 
 logger = logging.getLogger("bench.tbt_overhead")
 

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from llgtriton.tools import PastCall, ToolRequest
+from llgtriton.messages import ChatMessage, message_from_json, message_json
+from llgtriton.tools import ToolRequest
 
 Array = npt.NDArray[np.generic]
 
@@ -171,14 +172,6 @@ class GuideType(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class ChatMessage:
-    role: str
-    content: str
-    tool_calls: tuple[PastCall, ...] = ()  # an assistant message's calls
-    tool_call_id: str | None = None  # the call a tool message answers
-
-
-@dataclass(frozen=True)
 class GenerationRequest:
     """One generation as the backend sees it; exactly one of ``prompt`` / ``messages`` / ``prompt_token_ids``
     is set."""
@@ -269,7 +262,7 @@ def encode_request(request: GenerationRequest) -> dict[str, Array]:
     if request.prompt is not None:
         tensors[TEXT_INPUT] = _scalar(TEXT_INPUT, request.prompt)
     if request.messages is not None:
-        payload = json.dumps([_message_json(m) for m in request.messages])
+        payload = json.dumps([message_json(m) for m in request.messages])
         tensors[CHAT_MESSAGES] = _scalar(CHAT_MESSAGES, payload)
     if request.prompt_token_ids is not None:
         tensors[INPUT_IDS] = np.array([request.prompt_token_ids], dtype=np.int32)
@@ -302,18 +295,6 @@ def encode_request(request: GenerationRequest) -> dict[str, Array]:
     if request.chat_template_kwargs:
         tensors[CHAT_TEMPLATE_KWARGS] = _scalar(CHAT_TEMPLATE_KWARGS, json.dumps(request.chat_template_kwargs))
     return tensors
-
-
-def _message_json(message: ChatMessage) -> dict[str, Any]:
-    value: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.tool_calls:
-        value["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in message.tool_calls
-        ]
-    if message.tool_call_id is not None:
-        value["tool_call_id"] = message.tool_call_id
-    return value
 
 
 def _entries(entries: tuple[TokenLogprob, ...]) -> list[dict[str, Any]]:
@@ -462,35 +443,10 @@ def _messages(payload: str) -> tuple[ChatMessage, ...]:
     raw = _json_value(payload, CHAT_MESSAGES)
     if not isinstance(raw, list) or not raw:
         raise WireError(f"{CHAT_MESSAGES!r} must be a non-empty JSON list of messages")
-    messages = []
-    for index, item in enumerate(raw):
-        if not (isinstance(item, dict) and isinstance(item.get("role"), str)):
-            raise WireError(f"{CHAT_MESSAGES!r}[{index}] needs a string 'role'")
-        content = item.get("content")
-        if content is None:
-            content = ""
-        if not isinstance(content, str):
-            raise WireError(f"{CHAT_MESSAGES!r}[{index}].content must be a string")
-        call_id = item.get("tool_call_id")
-        if call_id is not None and not isinstance(call_id, str):
-            raise WireError(f"{CHAT_MESSAGES!r}[{index}].tool_call_id must be a string")
-        calls = tuple(
-            _past_call(call, f"{CHAT_MESSAGES!r}[{index}].tool_calls") for call in item.get("tool_calls") or []
-        )
-        messages.append(ChatMessage(role=item["role"], content=content, tool_calls=calls, tool_call_id=call_id))
-    return tuple(messages)
-
-
-def _past_call(call: Any, where: str) -> PastCall:
-    """One of an assistant message's calls, in OpenAI's shape (``{id, function: {name, arguments}}``)."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not (isinstance(function, dict) and isinstance(function.get("name"), str)):
-        raise WireError(f"{where} entries need a function with a string name")
-    arguments = function.get("arguments", "{}")
-    if not isinstance(arguments, str):
-        arguments = json.dumps(arguments)
-    call_id = call.get("id")
-    return PastCall(function["name"], arguments, call_id if isinstance(call_id, str) else None)
+    try:
+        return tuple(message_from_json(item, f"{CHAT_MESSAGES!r}[{index}]") for index, item in enumerate(raw))
+    except ValueError as exc:
+        raise WireError(str(exc)) from None
 
 
 def _logit_bias(payload: str) -> tuple[tuple[int, float], ...]:

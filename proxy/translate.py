@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from llgtriton import messages as wire_messages
 from llgtriton import wire
 from llgtriton.guides import (
     ANY_JSON_OBJECT,
@@ -237,7 +238,7 @@ class _Inputs:
     logprobs: bool
     top_logprobs: int
     prompt: str | None = None
-    messages: tuple[wire.ChatMessage, ...] | None = None
+    messages: tuple[wire_messages.ChatMessage, ...] | None = None
     prompt_token_ids: tuple[int, ...] | None = None
     prompt_logprobs: bool = False
     tools: ToolRequest | None = None
@@ -320,7 +321,7 @@ def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
     constraint = _one_constraint(found)
     # A legacy function result is what the chat templates call a tool message.
     messages = tuple(
-        wire.ChatMessage(
+        wire_messages.ChatMessage(
             role="tool" if m.role == "function" else m.role,
             content=m.text(),
             tool_calls=m.past_calls(),

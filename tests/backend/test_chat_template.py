@@ -10,10 +10,10 @@ import pytest
 from backend.chat_template import ChatTemplate
 from backend.errors import InvalidRequest
 from backend.model_loader import ModelLoadError
+from llgtriton.messages import ChatMessage
 from llgtriton.reasoning import REASONING_FORMATS
 from llgtriton.tool_formats import FORMATS
 from llgtriton.tools import Function, PastCall, ToolMode, ToolRequest
-from llgtriton.wire import ChatMessage
 
 MESSAGES = (ChatMessage(role="user", content="Hello"),)
 
@@ -124,3 +124,11 @@ def test_a_template_that_lets_the_model_open_it_is_qwen3_and_can_turn_it_off(tok
 def test_templates_without_thinking_and_the_parser_turned_off_have_none(tokenizer: Any) -> None:
     assert ChatTemplate(tokenizer).reasoning is None
     assert ChatTemplate(tokenizer, TEMPLATES / "r1_thinking.jinja", reasoning_parser="none").reasoning is None
+
+
+def test_a_developer_message_is_the_templates_system_message(tokenizer: Any) -> None:
+    developer = (ChatMessage("developer", "Be brief."), *MESSAGES)
+    for template in (ChatTemplate(tokenizer), ChatTemplate(tokenizer, HERMES)):
+        text = tokenizer.decode(template.render(developer, TOOLS))
+        assert text.startswith("<|im_start|>system\n") and "Be brief." in text
+        assert "developer" not in text

@@ -22,7 +22,8 @@ from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
 from bench.harness import RecordingSink
 from llgtriton.guides import grammar_for
-from llgtriton.wire import ChatMessage, FinishReason, GuideType
+from llgtriton.messages import ChatMessage
+from llgtriton.wire import FinishReason, GuideType
 from tests.backend.recording import run as generate
 
 GREEDY = SamplingParams(temperature=0.0)

@@ -14,9 +14,10 @@ import pytest
 
 from backend.chat_template import ChatTemplate
 from llgtriton.guides import grammar_for
+from llgtriton.messages import ChatMessage
 from llgtriton.tool_formats import FORMATS
 from llgtriton.tools import Function, PastCall, ToolMode, ToolRequest
-from llgtriton.wire import ChatMessage, GuideType
+from llgtriton.wire import GuideType
 from tests.backend.llama_tokenizer import llama_tokenizer
 
 LLAMA_TEMPLATE = Path(__file__).parents[1] / "fixtures" / "chat_templates" / "llama3_json.jinja"

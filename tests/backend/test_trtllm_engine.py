@@ -28,8 +28,9 @@ from backend.trtllm import hooks
 from backend.trtllm.model_files import ModelFilesError
 from bench.harness import ROOT, RecordingSink
 from launcher.cli import main as cli_main
+from llgtriton.messages import ChatMessage
 from llgtriton.settings import EngineSettings
-from llgtriton.wire import ChatMessage, FinishReason, GenerationRequest, GuideType
+from llgtriton.wire import FinishReason, GenerationRequest, GuideType
 
 FAKES = ROOT / "tests" / "fakes"
 SCHEMA = {

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from bench.harness import ROOT
 from llgtriton import wire
+from llgtriton.messages import ChatMessage
 
 CONFIG_PBTXT = ROOT / "model_repository" / "llm" / "config.pbtxt"
 
@@ -45,7 +46,7 @@ def generation_requests(draw: st.DrawFn) -> wire.GenerationRequest:
         messages = tuple(
             draw(
                 st.lists(
-                    st.builds(wire.ChatMessage, role=st.sampled_from(["system", "user", "assistant"]), content=texts),
+                    st.builds(ChatMessage, role=st.sampled_from(["system", "user", "assistant"]), content=texts),
                     min_size=1,
                     max_size=4,
                 )
@@ -250,7 +251,7 @@ def test_malformed_chat_messages_are_refused(payload: bytes, match: str) -> None
 def test_chat_message_with_null_content_decodes_as_empty_text() -> None:
     payload = json.dumps([{"role": "assistant", "content": None}, {"role": "user", "content": "go"}]).encode()
     decoded = wire.decode_request(_getter({wire.CHAT_MESSAGES: _bytes(payload)}))
-    assert decoded.messages == (wire.ChatMessage("assistant", ""), wire.ChatMessage("user", "go"))
+    assert decoded.messages == (ChatMessage("assistant", ""), ChatMessage("user", "go"))
 
 
 def test_unknown_guide_type_is_refused_naming_the_allowed_values() -> None:

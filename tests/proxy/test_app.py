@@ -21,6 +21,7 @@ from openai.types.chat import ChatCompletion as SdkChatCompletion
 from openai.types.chat import ChatCompletionChunk as SdkChatCompletionChunk
 
 from llgtriton import wire
+from llgtriton.messages import ChatMessage
 from proxy.errors import (
     InvalidRequestError,
     ProxyError,
@@ -69,10 +70,10 @@ async def test_chat_body_maps_to_the_generation_request(http: httpx.AsyncClient,
     assert client.requests == [
         wire.GenerationRequest(
             messages=(
-                wire.ChatMessage("system", "Be brief."),
-                wire.ChatMessage("user", "Hi there"),
-                wire.ChatMessage("assistant", ""),
-                wire.ChatMessage("user", "¿Qué tal? 😀"),
+                ChatMessage("system", "Be brief."),
+                ChatMessage("user", "Hi there"),
+                ChatMessage("assistant", ""),
+                ChatMessage("user", "¿Qué tal? 😀"),
             ),
             max_tokens=5,
             stream=False,
@@ -105,7 +106,7 @@ async def test_chat_max_completion_tokens_wins_over_max_tokens(
 
 async def test_chat_defaults(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     assert (await http.post("/v1/chat/completions", json=chat_body())).status_code == 200
-    assert client.requests == [wire.GenerationRequest(messages=(wire.ChatMessage("user", "Say hello"),))]
+    assert client.requests == [wire.GenerationRequest(messages=(ChatMessage("user", "Say hello"),))]
 
 
 async def test_completion_body_maps_to_the_generation_request(http: httpx.AsyncClient, client: ScriptedClient) -> None:

@@ -19,6 +19,7 @@ from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
 from llgtriton import wire
 from llgtriton.guides import grammar_for
+from llgtriton.messages import ChatMessage
 from llgtriton.tool_formats import FORMATS
 from llgtriton.tools import PastCall, ToolMode
 from llgtriton.wire import GuideType
@@ -293,7 +294,7 @@ async def test_tool_choice_none_leaves_room_for_a_constraint(http: httpx.AsyncCl
         http, client, CHAT, tools=TOOLS, tool_choice="none", response_format={"type": "json_object"}
     )
     assert (request.guide_type, request.guide) == (GuideType.JSON, None)
-    assert request.messages == (wire.ChatMessage("user", "Say hello"),)
+    assert request.messages == (ChatMessage("user", "Say hello"),)
 
 
 INVALID: list[tuple[dict[str, Any], str, str]] = [
@@ -366,7 +367,7 @@ async def test_the_tools_travel_to_the_backend_beside_the_callers_messages(
     if tool_choice is not None:
         fields["tool_choice"] = tool_choice
     request = await _constraint(http, client, CHAT, **fields)
-    assert request.messages == (wire.ChatMessage("user", "Say hello"),)
+    assert request.messages == (ChatMessage("user", "Say hello"),)
     assert (request.guide_type, request.guide) == (None, None)
     assert request.tools is not None
     assert request.tools.mode is mode
@@ -393,8 +394,8 @@ async def test_tool_calls_and_tool_results_in_the_request(http: httpx.AsyncClien
     ]
     request = await _constraint(http, client, CHAT, messages=messages, tools=TOOLS)
     assert request.messages == (
-        wire.ChatMessage("user", "Weather in Paris and the time in UTC?"),
-        wire.ChatMessage(
+        ChatMessage("user", "Weather in Paris and the time in UTC?"),
+        ChatMessage(
             "assistant",
             "",
             tool_calls=(
@@ -402,9 +403,9 @@ async def test_tool_calls_and_tool_results_in_the_request(http: httpx.AsyncClien
                 PastCall("get_time", '{"tz": "UTC"}', "call_2"),
             ),
         ),
-        wire.ChatMessage("tool", "sunny, 21°C", tool_call_id="call_1"),
-        wire.ChatMessage("tool", "12:00", tool_call_id="call_2"),
-        wire.ChatMessage("assistant", "Let me check.", tool_calls=(PastCall("get_weather", "{}"),)),
+        ChatMessage("tool", "sunny, 21°C", tool_call_id="call_1"),
+        ChatMessage("tool", "12:00", tool_call_id="call_2"),
+        ChatMessage("assistant", "Let me check.", tool_calls=(PastCall("get_weather", "{}"),)),
     )
 
 
@@ -430,9 +431,9 @@ async def test_tool_messages_without_tools(http: httpx.AsyncClient, client: Scri
     ]
     request = await _constraint(http, client, CHAT, messages=messages)
     assert request.messages == (
-        wire.ChatMessage("user", "Say hello"),
-        wire.ChatMessage("assistant", "", tool_calls=(PastCall("f", '"not json"'),)),
-        wire.ChatMessage("tool", "done", tool_call_id="x"),
+        ChatMessage("user", "Say hello"),
+        ChatMessage("assistant", "", tool_calls=(PastCall("f", '"not json"'),)),
+        ChatMessage("tool", "done", tool_call_id="x"),
     )
     assert request.guide_type is None
 
@@ -783,9 +784,9 @@ async def test_sdk_sends_tool_messages(sdk: openai.AsyncOpenAI, client: Scripted
         tool_choice="none",
     )
     assert client.requests[0].messages == (
-        wire.ChatMessage("user", "Weather?"),
-        wire.ChatMessage("assistant", "", tool_calls=(PastCall("get_weather", '{"city": "Paris"}', "call_1"),)),
-        wire.ChatMessage("tool", "sunny", tool_call_id="call_1"),
+        ChatMessage("user", "Weather?"),
+        ChatMessage("assistant", "", tool_calls=(PastCall("get_weather", '{"city": "Paris"}', "call_1"),)),
+        ChatMessage("tool", "sunny", tool_call_id="call_1"),
     )
     assert client.requests[0].guide_type is None
     assert client.requests[0].tools is None  # tool_choice none: no call is possible
