@@ -11,8 +11,9 @@ backend names in its first response.
 - ``llama3_json`` (Llama 3.1-3.3): each call is a bare ``{"name", "parameters"}`` object, several
   separated by ``; ``.
 
-Under ``auto`` the output is either plain text or calls: text may not begin with the call syntax's
-first character, and calls begin with it.
+Under ``auto`` the output is text, which never holds the trigger, then calls from the trigger on,
+or text alone; a format whose trigger is the call's own first character (``llama3_json``) answers
+in text or calls from the start.
 """
 
 from __future__ import annotations
@@ -74,12 +75,24 @@ class ToolCallFormat:
             calls += f"object: %json {_json(_call_schema(tools.functions, self.arguments_key))}"
         if tools.mode is ToolMode.REQUIRED:
             return f"start: calls\n{calls}"
-        first = re.escape(self.trigger[0])
-        if answer_schema is None:
-            answer = f"TEXT\nTEXT: /[^{first}](.|\\n)*/"
-        else:
-            answer = f"answer\nanswer: %json {_json(json.loads(answer_schema))}"
-        return f"start: calls | {answer}\n{calls}"
+        if answer_schema is not None:
+            return f"start: calls | answer\nanswer: %json {_json(json.loads(answer_schema))}\n{calls}"
+        if self.trigger_is_call:  # (text that began like a call would be one): calls from the start only
+            return f"start: calls | TEXT\nTEXT: /[^{_regex(self.trigger[0])}](.|\\n)*/\n{calls}"
+        # Text alone, which never holds the trigger; or text up to the trigger (a lexeme that stops
+        # there, the trigger included), then the calls' rest.
+        without = f"/(.|\\n)*/ & ~/(.|\\n)*{_regex(self.trigger)}(.|\\n)*/"
+        lead = f"lead[stop={json.dumps(self.trigger)}]: /(.|\\n)*/"
+        return f"start: TEXT | lead calls_rest\nTEXT: {without}\n{lead}\n{self._calls_rest(tools)}\n{calls}"
+
+    def _calls_rest(self, tools: ToolRequest) -> str:
+        """The calls after their trigger (which the lead text's lexeme consumed)."""
+        if self.listed:
+            return "calls_rest: list"
+        rest = self.opener[len(self.trigger) :]
+        repeat = f" ({json.dumps(self.separator)} call)*" if tools.parallel else ""
+        first = " ".join(part for part in (_literal(rest), "object", _literal(self.closer)) if part)
+        return f"calls_rest: {first}{repeat}"
 
     def instructions(self, tools: ToolRequest, json_answer: bool = False) -> str:
         """The tools described in a system message, for templates without a tools section
@@ -127,6 +140,11 @@ def detect_format(template: str | None) -> ToolCallFormat:
 def renders_tools(template: str | None) -> bool:
     """Whether a chat template has a tools section (it reads the ``tools`` variable)."""
     return bool(template) and re.search(r"\btools\b", template or "") is not None
+
+
+def _regex(text: str) -> str:
+    """``text`` as a literal in a Lark regex (Rust syntax)."""
+    return "".join(f"\\{char}" if char in "\\.+*?()|[]{}^$/-&~" else char for char in text)
 
 
 def _literal(text: str) -> str:

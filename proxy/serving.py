@@ -35,7 +35,7 @@ from proxy.protocol import (
     now,
 )
 from proxy.reasoning import ReasoningSplitter, Split, reasoning_format, split_reasoning
-from proxy.tool_calls import ToolCallStream, parse_calls
+from proxy.tool_calls import ToolCallStream, read_answer
 from proxy.tools import ToolPlan
 from proxy.translate import chat_generation, completion_generation
 from proxy.triton_client import GenerationClient
@@ -186,17 +186,20 @@ def call_format(name: str) -> ToolCallFormat:
 def _assistant(
     plan: ToolPlan | None, text: str, reason: wire.FinishReason, tool_call_format: str = ""
 ) -> tuple[AssistantMessage, FinishReasonName]:
-    calls = parse_calls(plan, text, call_format(tool_call_format)) if plan is not None else None
-    if calls is None:
+    if plan is None:
         return AssistantMessage(content=text), reason.value
-    finish = _finish(reason, plan, bool(calls))
-    if not calls:  # cut short before a function's name: call syntax is never content
-        return AssistantMessage(content=None), finish
-    functions = [FunctionCall(name=c.name, arguments=c.arguments) for c in calls]
-    if plan is not None and plan.legacy_functions:
-        return AssistantMessage(content=None, function_call=functions[0]), finish
-    tool_calls = [ToolCall(id=c.id, function=function) for c, function in zip(calls, functions, strict=True)]
-    return AssistantMessage(content=None, tool_calls=tool_calls), finish
+    answer = read_answer(plan, text, call_format(tool_call_format))
+    content = answer.content or None
+    if answer.calls is None:
+        return AssistantMessage(content=answer.content), reason.value
+    finish = _finish(reason, plan, bool(answer.calls))
+    if not answer.calls:  # cut short before a function's name: call syntax is never content
+        return AssistantMessage(content=content), finish
+    functions = [FunctionCall(name=c.name, arguments=c.arguments) for c in answer.calls]
+    if plan.legacy_functions:
+        return AssistantMessage(content=content, function_call=functions[0]), finish
+    tool_calls = [ToolCall(id=c.id, function=function) for c, function in zip(answer.calls, functions, strict=True)]
+    return AssistantMessage(content=content, tool_calls=tool_calls), finish
 
 
 def _completion_logprobs(

@@ -207,28 +207,54 @@ class CallListReader:
         return [CallPiece(len(self._ids) - 1, new)]
 
 
-def parse_calls(plan: ToolPlan, text: str, form: ToolCallFormat = FORMATS["generic"]) -> list[ParsedCall] | None:
-    """The calls in a finished output; None when it is plain text (``auto`` without the trigger).
+@dataclass(frozen=True)
+class ReadAnswer:
+    """A finished output read: its text before any call, and its calls (None: it holds no call syntax)."""
 
-    A list cut short by ``max_tokens`` gives its complete calls and the one it was writing:
-    exactly what a stream of the same text delivers.
+    content: str
+    calls: list[ParsedCall] | None
+
+
+def read_answer(plan: ToolPlan, text: str, form: ToolCallFormat = FORMATS["generic"]) -> ReadAnswer:
+    """The text and the calls of a finished output.
+
+    Under ``auto``, text comes first and calls from the trigger on (or, in a format whose trigger is
+    the call's first character, calls from the start). A trigger cut short at the end is call
+    syntax, never content; a list cut short by ``max_tokens`` gives its complete calls and the one
+    it was writing: exactly what a stream of the same text delivers.
     """
     if plan.mode is ToolMode.NAMED:
-        return [ParsedCall(plan.functions[0].name, text)] if text else []
+        return ReadAnswer("", [ParsedCall(plan.functions[0].name, text)] if text else [])
+    content = ""
     if plan.mode is ToolMode.AUTO:
-        if not _calling(text, form.trigger):
-            return None
-        if not form.trigger_is_call:
-            text = text[len(form.trigger) :]
+        found = _find_trigger(text, form.trigger, form.trigger_is_call)
+        if found < 0:
+            cut = _partial_trigger(text, form.trigger, form.trigger_is_call)
+            return ReadAnswer(text[: len(text) - cut], [] if cut else None)
+        content, text = text[:found], text[found if form.trigger_is_call else found + len(form.trigger) :]
     reader = CallListReader([f.name for f in plan.functions], form)
     reader.feed(text)
     reader.finish()
-    return reader.calls
+    return ReadAnswer(content, reader.calls)
 
 
-def _calling(text: str, trigger: str) -> bool:
-    """Whether an ``auto`` output is (or, cut short, was becoming) calls."""
-    return text.startswith(trigger) or (text != "" and trigger.startswith(text))
+def _find_trigger(text: str, trigger: str, at_start_only: bool) -> int:
+    """Where ``trigger`` begins in ``text`` (-1: nowhere; a trigger that counts only at the start
+    is found only there)."""
+    if at_start_only:
+        return 0 if text.startswith(trigger) else -1
+    return text.find(trigger)
+
+
+def _partial_trigger(text: str, trigger: str, at_start_only: bool) -> int:
+    """How many characters at the end of ``text`` begin ``trigger`` (all of them or none, for a
+    trigger that counts only at the start)."""
+    if at_start_only:
+        return len(text) if text and trigger.startswith(text) else 0
+    for size in range(min(len(text), len(trigger) - 1), 0, -1):
+        if trigger.startswith(text[-size:]):
+            return size
+    return 0
 
 
 class ToolCallStream:
@@ -239,9 +265,9 @@ class ToolCallStream:
         self._trigger = form.trigger
         self._keeps_trigger = form.trigger_is_call
         self._reader = CallListReader([f.name for f in plan.functions], form)
-        self._pending = ""  # AUTO: text that might still turn out to be the call marker
+        self._pending = ""  # AUTO: text that might still turn out to be the trigger
+        self._text_only = False  # AUTO: the answer is text to its end
         self._calling = plan.mode is not ToolMode.AUTO
-        self._decided = plan.mode is not ToolMode.AUTO
         self._named_id = new_call_id()
         self._named_started = False
 
@@ -253,22 +279,35 @@ class ToolCallStream:
         return self._reader.count
 
     def feed(self, text: str) -> list[ChatDelta]:
-        if not self._decided:
-            self._pending += text
-            if self._pending.startswith(self._trigger):
-                self._decided = self._calling = True
-                kept = 0 if self._keeps_trigger else len(self._trigger)
-                text, self._pending = self._pending[kept:], ""
-            elif not self._trigger.startswith(self._pending):
-                self._decided = True
-                text, self._pending = self._pending, ""
-            else:
-                return []
+        deltas: list[ChatDelta] = []
         if not self._calling:
-            return [ChatDelta(content=text)] if text else []
+            text, content = self._before_trigger(text)
+            deltas += [ChatDelta(content=content)] if content else []
+            if not self._calling:
+                return deltas
         if self._plan.mode is ToolMode.NAMED:
-            return self._named(text)
-        return [self._delta(piece) for piece in self._reader.feed(text)]
+            return deltas + self._named(text)
+        return deltas + [self._delta(piece) for piece in self._reader.feed(text)]
+
+    def _before_trigger(self, text: str) -> tuple[str, str]:
+        """AUTO: the content that is surely not the trigger, and (once the trigger has come) the text
+        after it, which is calls; what might still begin the trigger is held back."""
+        if self._text_only:
+            return "", text
+        pending = self._pending + text
+        if not pending:  # nothing to decide on yet
+            return "", ""
+        found = (
+            pending.find(self._trigger) if not self._keeps_trigger else (0 if pending.startswith(self._trigger) else -1)
+        )
+        if found >= 0:
+            self._calling, self._pending = True, ""
+            return pending[found if self._keeps_trigger else found + len(self._trigger) :], pending[:found]
+        held = _partial_trigger(pending, self._trigger, self._keeps_trigger)
+        # A format whose trigger opens the answer (the call's own first character): text from now on.
+        self._text_only = self._keeps_trigger and not held
+        self._pending = pending[len(pending) - held :]
+        return "", pending[: len(pending) - held]
 
     def finish(self) -> list[ChatDelta]:
         """What is still owed when the generation ends; a marker cut short is call syntax, not content."""

@@ -53,11 +53,14 @@ def test_hermes_without_parallel_calls_is_exactly_one_call() -> None:
     assert not accepts(one, hermes_calls(PARIS, UTC))
 
 
-def test_hermes_auto_is_text_or_calls() -> None:
+def test_hermes_auto_is_text_then_calls_from_the_trigger_on() -> None:
     auto = grammar("hermes", ToolMode.AUTO)
     assert accepts(auto, "It is sunny.")
     assert accepts(auto, hermes_calls(PARIS, UTC))
+    assert accepts(auto, "Let me check.\n" + hermes_calls(PARIS))
     assert not accepts(auto, "<tool_call>\n{not json}\n</tool_call>")
+    assert not accepts(auto, "Let me check. <tool_call> and more text")  # the trigger begins calls, always
+    assert not accepts(grammar("hermes", ToolMode.AUTO, parallel=False), "Hm. " + hermes_calls(PARIS, UTC))
 
 
 def test_auto_with_a_json_answer_is_that_answer_or_calls() -> None:

@@ -552,7 +552,20 @@ async def test_auto_cut_short_before_any_call_is_neither_content_nor_a_call(
     assert (content, calls, reasons[-1]) == ("", [], "length")
 
 
-@pytest.mark.parametrize("text", ["It is sunny in Paris.", "<b>bold</b>", "a" + TOOL_CALL_MARKER + TWO_CALLS])
+async def test_auto_text_before_calls_is_the_content_beside_them(
+    http: httpx.AsyncClient, client: ScriptedClient
+) -> None:
+    client.script(_outputs("Let me ", "check." + TOOL_CALL_MARKER + TWO_CALLS[:20], TWO_CALLS[20:]))
+    choice = (await http.post(CHAT, json=chat_body(tools=TOOLS))).json()["choices"][0]
+    assert choice["message"]["content"] == "Let me check."
+    assert _names_and_arguments(choice["message"]["tool_calls"]) == [
+        ("get_weather", PARIS_ARGUMENTS),
+        ("get_time", '{"tz": "UTC"}'),
+    ]
+    assert choice["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize("text", ["It is sunny in Paris.", "<b>bold</b>", "a <tool_calls> b"])
 async def test_auto_with_plain_text_is_content(http: httpx.AsyncClient, client: ScriptedClient, text: str) -> None:
     client.script(_outputs(text[:3], text[3:]))
     body = (await http.post(CHAT, json=chat_body(tools=TOOLS))).json()

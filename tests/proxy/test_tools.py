@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from llgtriton.guides import check_grammar, grammar_for
-from llgtriton.tool_formats import FORMATS
+from llgtriton.tool_formats import FORMATS, ToolCallFormat
 from llgtriton.tools import ToolMode
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError, validation_error
 from proxy.protocol import MAX_TOOLS, ChatCompletionRequest, ChatDelta
-from proxy.tool_calls import JsonArraySplitter, ParsedCall, ToolCallStream, parse_calls
+from proxy.tool_calls import JsonArraySplitter, ParsedCall, ToolCallStream, read_answer
 from proxy.tools import ToolPlan, plan_tools
 from tests.llgtriton.matching import accepts
 
@@ -247,9 +247,11 @@ def test_named_grammar_is_the_parameter_schema() -> None:
 @pytest.mark.parametrize("parallel", [None, False])
 def test_auto_grammar(parallel: bool | None) -> None:
     compiled = grammar(plan("auto", parallel))
-    for text in ["Hello!", "It is sunny.\nTake <b>no</b> umbrella.", "x", "[not a call", "a <tool_call> later"]:
+    for text in ["Hello!", "It is sunny.\nTake <b>no</b> umbrella.", "x", "[not a call", "a <tool_call", ""]:
         assert accepts(compiled, text), text
     assert accepts(compiled, TOOL_CALL_MARKER + PARIS)
+    assert accepts(compiled, "Let me check. " + TOOL_CALL_MARKER + PARIS)  # text, then calls
+    assert not accepts(compiled, "a <tool_call> later")  # the trigger begins calls, always
     assert accepts(compiled, TOOL_CALL_MARKER + TWO_CALLS) is (parallel is None)
     for text in [
         TOOL_CALL_MARKER + '[{"name": "get_wether", "arguments": {"city": "Paris"}}]',
@@ -263,6 +265,11 @@ def test_auto_grammar(parallel: bool | None) -> None:
 
 
 # parse_calls --------------------------------------------------------------------------------
+
+
+def parse_calls(made: ToolPlan, text: str, form: ToolCallFormat = FORMATS["generic"]) -> list[ParsedCall] | None:
+    """The calls of a finished output (None: it holds no call syntax)."""
+    return read_answer(made, text, form).calls
 
 
 def calls_of(parsed: list[ParsedCall] | None) -> list[tuple[str, Any]] | None:
@@ -342,9 +349,22 @@ def test_parse_keeps_only_well_formed_calls() -> None:
     assert calls_of(parse_calls(plan("required"), text)) == [("get_time", {"tz": "UTC"})]
 
 
-@pytest.mark.parametrize("text", ["Hello", PARIS, " " + TOOL_CALL_MARKER + PARIS, "<b>", "<tool_calls>"])
+@pytest.mark.parametrize("text", ["Hello", PARIS, "<b>", "<tool_calls>"])
 def test_parse_auto_plain_text_is_none(text: str) -> None:
     assert parse_calls(plan("auto"), text) is None
+
+
+@pytest.mark.parametrize("form", ["generic", "hermes"])
+def test_auto_text_then_calls_is_content_and_calls(form: str) -> None:
+    made = plan("auto")
+    calls = TOOL_CALL_MARKER + PARIS if form == "generic" else hermes_text([("get_weather", {"city": "Paris"})], {})
+    answer = read_answer(made, "Let me check. " + calls, FORMATS[form])
+    assert answer.content == "Let me check. "
+    assert calls_of(answer.calls) == [("get_weather", {"city": "Paris"})]
+    for chunks in (["Let me check. " + calls], [*"Let me check. ", calls], ["Let me check. <tool", calls[5:]]):
+        _, result = stream(made, chunks, form)
+        assert result.content == "Let me check. "
+        assert named_and_arguments(result.calls) == [("get_weather", '{"city": "Paris"}')]
 
 
 @pytest.mark.parametrize("text", ["<", "<tool", "<tool_call", TOOL_CALL_MARKER])
@@ -549,11 +569,10 @@ def test_named_stream_without_text_has_no_call() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.text(max_size=30) | st.sampled_from(["<b>", "<toolbox>", "<tool_calls", "a<tool_call>"]), st.data())
+@given(st.text(max_size=30) | st.sampled_from(["<b>", "<toolbox>", "<tool_calls", "a<tool_cal"]), st.data())
 def test_auto_plain_text_streams_as_content(text: str, data: st.DataObject) -> None:
     made = plan("auto")
-    if TOOL_CALL_MARKER.startswith(text[: len(TOOL_CALL_MARKER)]):
-        text = " " + text  # plain text, not (the beginning of) the marker
+    text = text.replace(TOOL_CALL_MARKER, "") + "."  # plain text, which cannot end in the trigger's beginning
     tool_stream, result = stream(made, chunked(text, data))
     assert result.content == text
     assert result.calls == []
