@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from launcher.formats import auto_parsers
 from launcher.prepare import add_prepare_arguments, prepare_main
 from launcher.triton_server import TritonLaunchError, TritonProcess
 from llgtriton.logs import configure_logging
@@ -201,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"llgtriton: {exc}\n")
         return 2
     if arguments.print_config:
-        sys.stdout.write(to_toml(settings))
+        sys.stdout.write(to_toml(settings) + "".join(f"{line}\n" for line in auto_parsers(settings.engine)))
         return 0
     configure_logging(settings.log_level)
     if arguments.command in {"serve", "triton"}:
