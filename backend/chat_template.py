@@ -8,7 +8,6 @@ message and earlier calls written as the model writes them (``llgtriton.tool_for
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,7 +18,7 @@ from backend.model_loader import ModelLoadError
 from llgtriton.messages import ChatMessage
 from llgtriton.reasoning import REASONING_FORMATS, ReasoningFormat, detect_reasoning
 from llgtriton.tool_formats import FORMATS, ToolCallFormat, detect_format, renders_tools
-from llgtriton.tools import PastCall, ToolRequest
+from llgtriton.tools import ToolRequest
 
 logger = logging.getLogger(__name__)
 
@@ -116,19 +115,12 @@ def _native(message: ChatMessage) -> dict[str, Any]:
     value: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         value["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments(c)}}
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.parsed_arguments()}}
             for c in message.tool_calls
         ]
     if message.tool_call_id is not None:
         value["tool_call_id"] = message.tool_call_id
     return value
-
-
-def _arguments(call: PastCall) -> Any:
-    try:
-        return json.loads(call.arguments)
-    except json.JSONDecodeError:
-        return call.arguments
 
 
 def _described(

@@ -53,7 +53,7 @@ class ToolCallFormat:
 
     def write(self, calls: Sequence[PastCall]) -> str:
         """Earlier calls as the model writes them (for templates that cannot render them)."""
-        objects = [{"name": c.name, self.arguments_key: _parsed(c.arguments)} for c in calls]
+        objects = [{"name": c.name, self.arguments_key: c.parsed_arguments()} for c in calls]
         if self.listed:
             return self.trigger + json.dumps(objects, ensure_ascii=False)
         return self.separator.join(f"{self.opener}{json.dumps(o, ensure_ascii=False)}{self.closer}" for o in objects)
@@ -154,13 +154,6 @@ def _literal(text: str) -> str:
 def _json(schema: Any) -> str:
     """A schema for ``%json``, written with the server's JSON layout (bounded whitespace)."""
     return json.dumps(with_json_options(schema, JSON_OPTIONS))
-
-
-def _parsed(arguments: str) -> Any:
-    try:
-        return json.loads(arguments)
-    except json.JSONDecodeError:
-        return arguments  # written as given: the model sees what the client sent
 
 
 def _rooted(node: Any, root: str) -> Any:

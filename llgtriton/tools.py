@@ -68,3 +68,15 @@ class PastCall:
     name: str
     arguments: str  # JSON text
     id: str | None = None
+
+    def parsed_arguments(self) -> Any:
+        return arguments_value(self.arguments)
+
+
+def arguments_value(arguments: str) -> Any:
+    """A call's arguments as JSON reads them; the text itself when it is no JSON, or JSON too deep or
+    too long to read (the model then sees what the client sent)."""
+    try:
+        return json.loads(arguments)
+    except (ValueError, RecursionError):
+        return arguments

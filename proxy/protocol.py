@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from llgtriton.tools import PastCall
+from llgtriton.tools import PastCall, arguments_value
 from llgtriton.wire import (
     LOGIT_BIAS_BOUND,
     MAX_LOGIT_BIAS_ENTRIES,
@@ -85,12 +85,7 @@ class CalledFunction(_Request):
     arguments: str | dict[str, Any] = "{}"  # JSON text, as OpenAI sends it (an object is accepted too)
 
     def parsed_arguments(self) -> Any:
-        if not isinstance(self.arguments, str):
-            return self.arguments
-        try:
-            return json.loads(self.arguments)
-        except json.JSONDecodeError:
-            return self.arguments
+        return self.arguments if not isinstance(self.arguments, str) else arguments_value(self.arguments)
 
 
 class PastToolCall(_Request):

@@ -132,3 +132,11 @@ def test_a_developer_message_is_the_templates_system_message(tokenizer: Any) -> 
         text = tokenizer.decode(template.render(developer, TOOLS))
         assert text.startswith("<|im_start|>system\n") and "Be brief." in text
         assert "developer" not in text
+
+
+@pytest.mark.parametrize("arguments", ["[" * 100_000, "1" * 5_000])
+def test_earlier_call_arguments_json_cannot_read_are_rendered_as_sent(tokenizer: Any, arguments: str) -> None:
+    """Straight from a Triton client: no recursion or integer-length error escapes the template."""
+    conversation = (*MESSAGES, ChatMessage("assistant", "", tool_calls=(PastCall("f", arguments),)))
+    for template in (ChatTemplate(tokenizer), ChatTemplate(tokenizer, HERMES)):
+        assert arguments[:50] in tokenizer.decode(template.render(conversation, TOOLS))

@@ -423,6 +423,19 @@ async def test_a_tool_result_for_a_call_never_made_is_a_400(http: httpx.AsyncCli
     assert client.requests == []
 
 
+@pytest.mark.parametrize("arguments", ["[" * 100_000, "1" * 5_000, '"\\ud800"'], ids=["deep", "long-int", "surrogate"])
+async def test_earlier_call_arguments_json_cannot_read_travel_as_text(
+    http: httpx.AsyncClient, client: ScriptedClient, arguments: str
+) -> None:
+    """Arguments nested past the recursion limit, or an integer longer than Python reads, are the
+    client's text: the model sees what was sent, and the proxy answers (no 500)."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    request = await _constraint(http, client, CHAT, messages=[*USER, {"role": "assistant", "tool_calls": [call]}])
+    assert request.messages is not None
+    (past,) = request.messages[1].tool_calls
+    assert past.name == "f" and past.id == "c1"
+
+
 async def test_tool_messages_without_tools(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     messages = [
         *USER,
