@@ -68,10 +68,7 @@ class ToolCallFormat:
             calls = f"calls: {json.dumps(self.trigger) + ' ' if tools.mode is ToolMode.AUTO else ''}list\n"
             calls += f"list: %json {_json(schema)}"
         else:
-            repeat = f" ({json.dumps(self.separator)} call)*" if tools.parallel else ""
-            calls = f"calls: call{repeat}\n"
-            call = " ".join(part for part in (_literal(self.opener), "object", _literal(self.closer)) if part)
-            calls += f"call: {call}\n"
+            calls = f"calls: {self._series('call', tools)}\ncall: {self._call(self.opener)}\n"
             calls += f"object: %json {_json(_call_schema(tools.functions, self.arguments_key))}"
         if tools.mode is ToolMode.REQUIRED:
             return f"start: calls\n{calls}"
@@ -89,10 +86,15 @@ class ToolCallFormat:
         """The calls after their trigger (which the lead text's lexeme consumed)."""
         if self.listed:
             return "calls_rest: list"
-        rest = self.opener[len(self.trigger) :]
-        repeat = f" ({json.dumps(self.separator)} call)*" if tools.parallel else ""
-        first = " ".join(part for part in (_literal(rest), "object", _literal(self.closer)) if part)
-        return f"calls_rest: {first}{repeat}"
+        return f"calls_rest: {self._series(self._call(self.opener[len(self.trigger) :]), tools)}"
+
+    def _call(self, opener: str) -> str:
+        """A call's rule body: ``opener``, the call's object, the closer."""
+        return " ".join(part for part in (_literal(opener), "object", _literal(self.closer)) if part)
+
+    def _series(self, first: str, tools: ToolRequest) -> str:
+        """``first``, then (when parallel) more calls, each after the separator."""
+        return first + (f" ({json.dumps(self.separator)} call)*" if tools.parallel else "")
 
     def instructions(self, tools: ToolRequest, json_answer: bool = False) -> str:
         """The tools described in a system message, for templates without a tools section

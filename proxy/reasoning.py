@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from llgtriton.reasoning import REASONING_FORMATS, THINK_END, THINK_START, ReasoningFormat
 from proxy.errors import InternalError
+from proxy.tags import partial_tag
 
 
 class _State(enum.Enum):
@@ -59,7 +60,7 @@ class ReasoningSplitter:
         if self._state is _State.THINKING:
             end = self._held.find(THINK_END)
             if end < 0:
-                keep = _partial_tag(self._held, THINK_END)
+                keep = partial_tag(self._held, THINK_END)
                 reasoning, self._held = self._held[: len(self._held) - keep], self._held[len(self._held) - keep :]
                 return Split(reasoning=reasoning)
             reasoning, self._held = self._held[:end], self._held[end + len(THINK_END) :]
@@ -86,11 +87,3 @@ def split_reasoning(form: ReasoningFormat | None, text: str) -> Split:
     splitter = ReasoningSplitter(form)
     first, last = splitter.feed(text), splitter.finish()
     return Split(first.reasoning + last.reasoning, first.content + last.content)
-
-
-def _partial_tag(text: str, tag: str) -> int:
-    """The length of the longest end of ``text`` that begins ``tag``."""
-    for size in range(min(len(text), len(tag) - 1), 0, -1):
-        if tag.startswith(text[-size:]):
-            return size
-    return 0

@@ -20,6 +20,7 @@ from typing import Any
 from llgtriton.tool_formats import FORMATS, ToolCallFormat
 from llgtriton.tools import ToolMode
 from proxy.protocol import ChatDelta, FunctionCallDelta, ToolCallDelta
+from proxy.tags import partial_tag
 from proxy.tools import ToolPlan
 
 # How the call grammar writes a call (llguidance keeps the schema's property order): the name, then
@@ -251,10 +252,7 @@ def _partial_trigger(text: str, trigger: str, at_start_only: bool) -> int:
     trigger that counts only at the start)."""
     if at_start_only:
         return len(text) if text and trigger.startswith(text) else 0
-    for size in range(min(len(text), len(trigger) - 1), 0, -1):
-        if trigger.startswith(text[-size:]):
-            return size
-    return 0
+    return partial_tag(text, trigger)
 
 
 class ToolCallStream:

@@ -85,10 +85,12 @@ def request_rows(logits: Sequence[torch.Tensor], vocab_size: int, *, device: str
         raise ValueError(
             f"logits row 0 must be one row of {vocab_size} logits ([..., {vocab_size}]), not {list(shape)}"
         )
+    cuda = device == "cuda"  # (one attribute a row on the serving path, not a device object)
     pointers = []
     for index, row in enumerate(logits):
         # (A one-row tensor is contiguous exactly when its last stride is 1.)
-        if row.shape != shape or row.dtype != dtype or not row.is_contiguous() or row.device.type != device:
+        on_device = row.is_cuda if cuda else row.device.type == device
+        if row.shape != shape or row.dtype != dtype or not row.is_contiguous() or not on_device:
             raise ValueError(
                 f"logits row {index} must be a {device} tensor {list(shape)} of {dtype} with unit stride,"
                 f" like row 0; it is {list(row.shape)} of {row.dtype} on {row.device}, strides {row.stride()}"
