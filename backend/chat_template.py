@@ -17,6 +17,7 @@ from backend.errors import InvalidRequest
 from backend.model_loader import ModelLoadError
 from llgtriton.messages import ChatMessage
 from llgtriton.reasoning import REASONING_FORMATS, ReasoningFormat, detect_reasoning
+from llgtriton.reasoning import TAGS as REASONING_TAGS
 from llgtriton.tool_formats import FORMATS, ToolCallFormat, detect_format, renders_tools
 from llgtriton.tools import ToolRequest
 
@@ -55,6 +56,11 @@ class ChatTemplate:
                 logger.info("reasoning: %s format, detected from the chat template", self.reasoning.name)
         elif reasoning_parser != "none":
             self.reasoning = REASONING_FORMATS[reasoning_parser]
+        # The formats' tags that are special tokens here: grammars must name the tokens themselves.
+        tags = (*self.tool_format.tags, *(REASONING_TAGS if self.reasoning is not None else ()))
+        self.special_tokens = special_token_ids(tokenizer, tags)
+        if self.special_tokens:
+            logger.info("special tokens in the output formats: %s", self.special_tokens)
 
     def _generation_prompt(self) -> str:
         """What the template writes for the assistant to begin, after one user message (text)."""
@@ -83,7 +89,7 @@ class ChatTemplate:
         # OpenAI's developer messages are what chat templates, which do not know that role, call system.
         messages = [dataclasses.replace(m, role="system") if m.role == "developer" else m for m in messages]
         if self.renders_tools:
-            conversation = [_native(m) for m in messages]
+            conversation = [_native(m, self.tool_format) for m in messages]
             extra: dict[str, Any] = {"tools": tools.openai_tools()} if tools is not None else {}
         else:
             described = _described(messages, tools, self.tool_format, json_answer)
@@ -110,16 +116,28 @@ def _template_text(template: Any) -> str:
     return str(template or "")
 
 
-def _native(message: ChatMessage) -> dict[str, Any]:
-    """A message as templates with a tools section take it (arguments as objects, as transformers documents)."""
+def special_token_ids(tokenizer: Any, texts: Sequence[str]) -> dict[str, int]:
+    """Those of ``texts`` that are each one special token of ``tokenizer`` (which its decoder skips), with their ids."""
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    special = {str(token): int(token_id) for token_id, token in added.items() if getattr(token, "special", False)}
+    return {text: special[text] for text in texts if text in special}
+
+
+def _native(message: ChatMessage, form: ToolCallFormat) -> dict[str, Any]:
+    """A message as templates with a tools section take it (arguments as objects, as transformers
+    documents; call ids as the family's templates accept them)."""
     value: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.tool_calls:
         value["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.parsed_arguments()}}
+            {
+                "id": form.template_call_id(c.id),
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.parsed_arguments()},
+            }
             for c in message.tool_calls
         ]
     if message.tool_call_id is not None:
-        value["tool_call_id"] = message.tool_call_id
+        value["tool_call_id"] = form.template_call_id(message.tool_call_id)
     return value
 
 

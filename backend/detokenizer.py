@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
 REPLACEMENT = "\ufffd"
@@ -19,16 +19,31 @@ class IncrementalDetokenizer:
 
     Text is released only once it no longer ends in a partial character (a byte-level BPE token
     can carry half of a multi-byte character, which decodes to U+FFFD until the rest arrives).
+    Special tokens are left out, except ``kept`` ones (tags a reader needs, such as ``[TOOL_CALLS]``).
     """
 
-    def __init__(self, tokenizer: Decoder, prompt_ids: Sequence[int] = ()) -> None:
+    def __init__(self, tokenizer: Decoder, prompt_ids: Sequence[int] = (), kept: Collection[int] = ()) -> None:
         self._tokenizer = tokenizer
+        self._kept = frozenset(kept)
         self._ids = list(prompt_ids[-_CONTEXT_TOKENS:])
         self._prefix = 0
         self._read = len(self._ids)
 
     def _decode(self, start: int, end: int | None = None) -> str:
-        return self._tokenizer.decode(self._ids[start:end], skip_special_tokens=True)
+        ids = self._ids[start:end]
+        if self._kept.isdisjoint(ids):
+            return self._tokenizer.decode(ids, skip_special_tokens=True)
+        pieces: list[str] = []
+        run: list[int] = []
+        for token in ids:
+            if token in self._kept:
+                pieces.append(self._tokenizer.decode(run, skip_special_tokens=True))
+                pieces.append(self._tokenizer.decode([token], skip_special_tokens=False))
+                run = []
+            else:
+                run.append(token)
+        pieces.append(self._tokenizer.decode(run, skip_special_tokens=True))
+        return "".join(pieces)
 
     def push(self, token_id: int) -> str:
         """Add one token; return the text that became final (possibly empty)."""

@@ -57,7 +57,8 @@ class OutputStream:
     @staticmethod
     def parts(request: EngineRequest, decoder: Decoder) -> tuple[IncrementalDetokenizer, StopStringFilter]:
         """The detokenizer and stop filter a new stream for ``request`` starts with."""
-        return IncrementalDetokenizer(decoder, request.prompt_ids), StopStringFilter(request.stop)
+        detokenizer = IncrementalDetokenizer(decoder, request.prompt_ids, request.kept_tokens)
+        return detokenizer, StopStringFilter(request.stop)
 
     def output(self, text: str, finish_reason: FinishReason | None = None) -> GenerationOutput:
         """The next response; it carries the logprobs of every token since the last one."""

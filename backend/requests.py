@@ -59,6 +59,7 @@ class EngineRequest:
     logits_processor: LogitsPostProcessor | None = None
     logprobs: int | None = None  # report logprobs with this many alternatives (None: do not)
     prompt_logprobs: int | None = None  # score the prompt's tokens, with this many alternatives (None: do not)
+    kept_tokens: frozenset[int] = frozenset()  # special tokens written into the text (tool-call tags)
 
 
 class ResponseSink(Protocol):

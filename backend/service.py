@@ -20,6 +20,7 @@ from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.response_pump import ResponsePump
 from backend.telemetry import StepCounters
 from llgtriton.guides import ANY_JSON_OBJECT, GuideError, grammar_for
+from llgtriton.reasoning import TAGS as REASONING_TAGS
 from llgtriton.reasoning import ReasoningFormat, thinks
 from llgtriton.tool_formats import ToolCallFormat
 from llgtriton.wire import (
@@ -209,13 +210,17 @@ class GenerationService:
         """
         try:
             if request.tools is not None:
-                grammar = grammar_for(GuideType.LARK, self.tool_format.grammar(request.tools, _answer_schema(request)))
+                special = self._chat_template.special_tokens
+                lark = self.tool_format.grammar(request.tools, _answer_schema(request), special)
+                grammar = grammar_for(GuideType.LARK, lark)
             elif request.guide_type is not None:
                 grammar = grammar_for(request.guide_type, request.guide)
             else:
                 return None
             reasoning = self.reasoning(request)
-            return grammar if reasoning is None else reasoning.after_thinking(grammar)
+            if reasoning is None:
+                return grammar
+            return reasoning.after_thinking(grammar, self._chat_template.special_tokens)
         except (GuideError, ValueError) as exc:
             raise InvalidRequest(str(exc)) from None
 
@@ -263,7 +268,21 @@ class GenerationService:
             grammar=grammar,
             logprobs=request.top_logprobs if request.logprobs else None,
             prompt_logprobs=request.top_logprobs if request.prompt_logprobs else None,
+            kept_tokens=self._kept_tokens(request),
         )
+
+    def _kept_tokens(self, request: GenerationRequest) -> frozenset[int]:
+        """The special tokens the proxy reads in ``request``'s text: its formats' tags (a tool-call
+        ``marker`` is no syntax to read: it stays out)."""
+        tags: list[str] = []
+        if request.tools is not None:
+            tags += [tag for tag in self.tool_format.tags if tag != self.tool_format.marker]
+        if self.reasoning(request) is not None:
+            tags += REASONING_TAGS
+        if not tags:
+            return frozenset()
+        special = self._chat_template.special_tokens
+        return frozenset(special[tag] for tag in tags if tag in special)
 
     def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
         """Validate, tokenize and enqueue on an admission thread: Triton's ``execute()`` returns at once,

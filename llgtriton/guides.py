@@ -11,7 +11,7 @@ import json
 import re
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -204,6 +204,18 @@ def _check_rules(grammar: str, limit: int) -> None:
     rules = grammar_rules(grammar)
     if rules > limit:
         raise GuideError(f"the grammar defines {rules} rules; the limit is {limit}")
+
+
+def lark_text(text: str, special: Mapping[str, int]) -> str:
+    """``text`` as a Lark rule body: quoted strings, each of ``special``'s tokens (by their text) as
+    the token itself (``<[id]>``), which a quoted string never matches: a special token is no text."""
+    if not text:
+        return ""
+    names = sorted((name for name in special if name and name in text), key=len, reverse=True)
+    if not names:
+        return json.dumps(text)
+    pieces = re.split("(" + "|".join(re.escape(name) for name in names) + ")", text)
+    return " ".join(f"<[{special[piece]}]>" if piece in special else json.dumps(piece) for piece in pieces if piece)
 
 
 def with_json_options(schema: Any, options: JsonCompileOptions | dict[str, Any]) -> Any:

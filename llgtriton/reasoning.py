@@ -14,11 +14,15 @@ in its first response.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llgtriton.guides import lark_text
+
 THINK_START = "<think>"
 THINK_END = "</think>"
+TAGS = (THINK_START, THINK_END)  # the texts a tokenizer may have as special tokens (Qwen 3.5's do)
 
 
 @dataclass(frozen=True)
@@ -26,13 +30,19 @@ class ReasoningFormat:
     name: str
     opened_by_prompt: bool  # the generation prompt opens the thinking: the output starts inside it
 
-    def after_thinking(self, grammar: str) -> str:
+    def after_thinking(self, grammar: str, special: Mapping[str, int] | None = None) -> str:
         """``grammar`` (as :func:`llgtriton.guides.grammar_for` returns it) applied after the thinking,
-        which is free text up to its end tag; under ``qwen3`` thinking is optional."""
+        which is free text up to its end tag; under ``qwen3`` thinking is optional. ``special``: the
+        tokenizer's special tokens among :data:`TAGS`, by their text."""
+        special = special or {}
         inner = _grammars(grammar)
-        opening = "" if self.opened_by_prompt else json.dumps(THINK_START) + " "
+        opening = "" if self.opened_by_prompt else lark_text(THINK_START, special) + " "
+        if THINK_END in special:  # no text holds the token: the thinking ends where it comes
+            think = f"think: TEXT? {lark_text(THINK_END, special)}\nTEXT: /(.|\\n)+/"
+        else:
+            think = f"think[stop={json.dumps(THINK_END)}]: /(.|\\n)*/"
         thinking = f"({opening}think)?" if not self.opened_by_prompt else "think"
-        top = f"start: {thinking} @answer\nthink[stop={json.dumps(THINK_END)}]: /(.|\\n)*/"
+        top = f"start: {thinking} @answer\n{think}"
         return json.dumps({"grammars": [{"name": "thinking", "lark_grammar": top}, {**inner, "name": "answer"}]})
 
 

@@ -170,7 +170,7 @@ class EngineSettings(_Section):
         description="How the model marks its thinking, which goes to reasoning_content and is never constrained"
         " ('auto': from the chat template, 'none': the output is all answer).",
     )
-    tool_call_parser: Literal["auto", "generic", "hermes", "llama3_json"] = Field(
+    tool_call_parser: Literal["auto", "generic", "hermes", "llama3_json", "mistral"] = Field(
         "auto",
         description="The format tool calls are rendered, constrained and read in (vLLM's names; 'auto': from"
         " the chat template, 'generic' for templates without a tools section).",

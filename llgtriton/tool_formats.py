@@ -9,22 +9,27 @@ backend names in its first response.
   templates without a tools section).
 - ``hermes`` (Qwen 2.5/3, Hermes): each call is ``<tool_call>\\n{"name", "arguments"}\\n</tool_call>``.
 - ``llama3_json`` (Llama 3.1-3.3): each call is a bare ``{"name", "parameters"}`` object, several
-  separated by ``; ``.
+  separated by ``; ``, after ``<|python_tag|>`` where the model writes it.
+- ``mistral``: ``[TOOL_CALLS]`` and a JSON list of ``{"name", "arguments"}`` objects, forced or not.
 
 Under ``auto`` the output is text, which never holds the trigger, then calls from the trigger on,
 or text alone; a format whose trigger is the call's own first character (``llama3_json``) answers
-in text or calls from the start.
+in text or calls from the start. Where the model's tokenizer has a tag as a special token
+(``[TOOL_CALLS]``, Qwen's ``<tool_call>``), the grammar names the token, which no spelled-out text
+matches, and the backend's detokenizer writes it into the text for the proxy to read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from collections.abc import Sequence
+import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llgtriton.guides import JSON_OPTIONS, with_json_options
+from llgtriton.guides import JSON_OPTIONS, lark_text, with_json_options
 from llgtriton.tools import Function, PastCall, ToolMode, ToolRequest
 
 
@@ -36,6 +41,10 @@ class ToolCallFormat:
     object written as ``opener`` + object + ``closer``, calls separated by ``separator``; under
     ``auto`` the calls begin with ``trigger``, which is the opener's start (or, when the opener is
     empty, the object's own ``{``). ``arguments_key`` names the arguments.
+
+    ``marker``: a special token the model may write just before its calls (allowed where its
+    tokenizer has it). ``always_triggered``: the calls begin with the trigger even when forced.
+    ``call_id_length``: the family's templates take only call ids of this many letters and digits.
     """
 
     name: str
@@ -45,6 +54,24 @@ class ToolCallFormat:
     closer: str = ""
     separator: str = ""
     arguments_key: str = "arguments"
+    marker: str = ""
+    always_triggered: bool = False
+    call_id_length: int = 0
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The texts the format writes that a tokenizer may have as special tokens."""
+        tags = (self.trigger, self.opener.strip(), self.closer.strip(), self.marker)
+        return tuple(dict.fromkeys(tag for tag in tags if tag))
+
+    def template_call_id(self, call_id: str | None) -> str | None:
+        """``call_id`` as the family's templates take it: another id maps to one of the right shape,
+        the same every time, so a call and its result still match."""
+        size = self.call_id_length
+        if not size or call_id is None or (len(call_id) == size and call_id.isascii() and call_id.isalnum()):
+            return call_id
+        alphabet = string.ascii_letters + string.digits
+        return "".join(alphabet[byte % len(alphabet)] for byte in hashlib.sha256(call_id.encode()).digest()[:size])
 
     @property
     def trigger_is_call(self) -> bool:
@@ -58,17 +85,23 @@ class ToolCallFormat:
             return self.trigger + json.dumps(objects, ensure_ascii=False)
         return self.separator.join(f"{self.opener}{json.dumps(o, ensure_ascii=False)}{self.closer}" for o in objects)
 
-    def grammar(self, tools: ToolRequest, answer_schema: str | None = None) -> str:
+    def grammar(
+        self, tools: ToolRequest, answer_schema: str | None = None, special: Mapping[str, int] | None = None
+    ) -> str:
         """The Lark grammar of an output under ``tools``; ``answer_schema`` (JSON text) is what a
-        plain answer must be under ``auto`` (None: free text)."""
+        plain answer must be under ``auto`` (None: free text); ``special``: the tokenizer's special
+        tokens among :attr:`tags`, by their text."""
+        special = special or {}
         if tools.mode is ToolMode.NAMED:
             return "start: args\nargs: %json " + _json(tools.functions[0].parameters)
+        marker = f"{lark_text(self.marker, special)}? " if self.marker in special else ""
         if self.listed:
             schema = _calls_schema(tools.functions, tools.parallel, self.arguments_key)
-            calls = f"calls: {json.dumps(self.trigger) + ' ' if tools.mode is ToolMode.AUTO else ''}list\n"
+            triggered = tools.mode is ToolMode.AUTO or self.always_triggered
+            calls = f"calls: {marker}{lark_text(self.trigger, special) + ' ' if triggered else ''}list\n"
             calls += f"list: %json {_json(schema)}"
         else:
-            calls = f"calls: {self._series('call', tools)}\ncall: {self._call(self.opener)}\n"
+            calls = f"calls: {marker}{self._series('call', tools)}\ncall: {self._call(self.opener, special)}\n"
             calls += f"object: %json {_json(_call_schema(tools.functions, self.arguments_key))}"
         if tools.mode is ToolMode.REQUIRED:
             return f"start: calls\n{calls}"
@@ -76,21 +109,27 @@ class ToolCallFormat:
             return f"start: calls | answer\nanswer: %json {_json(json.loads(answer_schema))}\n{calls}"
         if self.trigger_is_call:  # (text that began like a call would be one): calls from the start only
             return f"start: calls | TEXT\nTEXT: /[^{_regex(self.trigger[0])}](.|\\n)*/\n{calls}"
-        # Text alone, which never holds the trigger; or text up to the trigger (a lexeme that stops
-        # there, the trigger included), then the calls' rest.
+        # Text alone, which never holds the trigger (not even spelled out, where it is a special
+        # token); or text up to the trigger, then the calls' rest. A trigger in text is where a
+        # lexeme stops, the trigger included; a special token simply ends the text.
         without = f"/(.|\\n)*/ & ~/(.|\\n)*{_regex(self.trigger)}(.|\\n)*/"
-        lead = f"lead[stop={json.dumps(self.trigger)}]: /(.|\\n)*/"
-        return f"start: TEXT | lead calls_rest\nTEXT: {without}\n{lead}\n{self._calls_rest(tools)}\n{calls}"
+        if self.trigger in special:
+            lead = f"calls_start: TEXT? {lark_text(self.trigger, special)}"
+        else:
+            lead = f"calls_start[stop={json.dumps(self.trigger)}]: /(.|\\n)*/"
+        rest = self._calls_rest(tools, special)
+        return f"start: TEXT | calls_start calls_rest\nTEXT: {without}\n{lead}\n{rest}\n{calls}"
 
-    def _calls_rest(self, tools: ToolRequest) -> str:
-        """The calls after their trigger (which the lead text's lexeme consumed)."""
+    def _calls_rest(self, tools: ToolRequest, special: Mapping[str, int]) -> str:
+        """The calls after their trigger."""
         if self.listed:
             return "calls_rest: list"
-        return f"calls_rest: {self._series(self._call(self.opener[len(self.trigger) :]), tools)}"
+        return f"calls_rest: {self._series(self._call(self.opener[len(self.trigger) :], special), tools)}"
 
-    def _call(self, opener: str) -> str:
+    def _call(self, opener: str, special: Mapping[str, int]) -> str:
         """A call's rule body: ``opener``, the call's object, the closer."""
-        return " ".join(part for part in (_literal(opener), "object", _literal(self.closer)) if part)
+        parts = (lark_text(opener, special), "object", lark_text(self.closer, special))
+        return " ".join(part for part in parts if part)
 
     def _series(self, first: str, tools: ToolRequest) -> str:
         """``first``, then (when parallel) more calls, each after the separator."""
@@ -104,7 +143,7 @@ class ToolCallFormat:
         if tools.mode is ToolMode.NAMED:
             return f"{described}\nReply with the JSON arguments for {tools.functions[0].name}."
         call = f'{{"name": <function name>, "{self.arguments_key}": {{...}}}}'
-        if self.listed and tools.mode is ToolMode.REQUIRED:  # the list alone: nothing else may come
+        if self.listed and tools.mode is ToolMode.REQUIRED and not self.always_triggered:  # the list alone
             how = f"a JSON list of calls, each {call}"
         elif self.listed:
             how = f"{self.trigger} followed by a JSON list of calls, each {call}"
@@ -123,7 +162,11 @@ FORMATS: dict[str, ToolCallFormat] = {
         "hermes", "<tool_call>", listed=False, opener="<tool_call>\n", closer="\n</tool_call>", separator="\n"
     ),
     # Llama 3.1-3.3's JSON tool calling: a bare object whose arguments are "parameters".
-    "llama3_json": ToolCallFormat("llama3_json", "{", listed=False, separator="; ", arguments_key="parameters"),
+    "llama3_json": ToolCallFormat(
+        "llama3_json", "{", listed=False, separator="; ", arguments_key="parameters", marker="<|python_tag|>"
+    ),
+    # Mistral's models write the trigger before forced calls too; their templates take 9-character ids.
+    "mistral": ToolCallFormat("mistral", "[TOOL_CALLS]", listed=True, always_triggered=True, call_id_length=9),
 }
 
 
@@ -132,6 +175,8 @@ def detect_format(template: str | None) -> ToolCallFormat:
     if not renders_tools(template):
         return FORMATS["generic"]
     assert template is not None
+    if "[TOOL_CALLS]" in template:
+        return FORMATS["mistral"]
     if "<tool_call>" in template:
         return FORMATS["hermes"]
     if "<|python_tag|>" in template or ("<|eom_id|>" in template and '"parameters"' in template):
@@ -147,10 +192,6 @@ def renders_tools(template: str | None) -> bool:
 def _regex(text: str) -> str:
     """``text`` as a literal in a Lark regex (Rust syntax)."""
     return "".join(f"\\{char}" if char in "\\.+*?()|[]{}^$/-&~" else char for char in text)
-
-
-def _literal(text: str) -> str:
-    return json.dumps(text) if text else ""
 
 
 def _json(schema: Any) -> str:

@@ -188,7 +188,7 @@ def _assistant(
 ) -> tuple[AssistantMessage, FinishReasonName]:
     if plan is None:
         return AssistantMessage(content=text), reason.value
-    answer = read_answer(plan, text, call_format(tool_call_format))
+    answer = read_answer(plan, text, call_format(tool_call_format), cut_short=reason is wire.FinishReason.LENGTH)
     content = answer.content or None
     if answer.calls is None:
         return AssistantMessage(content=answer.content), reason.value
@@ -308,7 +308,8 @@ class Generations:
                 yield chunk(ChatDelta(reasoning_content=rest.reasoning))
             for item in answer(rest.content):
                 yield item
-            for delta in tools.finish() if tools is not None else []:
+            cut_short = last.finish_reason is wire.FinishReason.LENGTH
+            for delta in tools.finish(cut_short) if tools is not None else []:
                 yield chunk(delta)
             called = tools is not None and tools.calls > 0
             yield chunk(ChatDelta(), _finish(last.finish_reason, translation.tools, called))

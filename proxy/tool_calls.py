@@ -216,27 +216,35 @@ class ReadAnswer:
     calls: list[ParsedCall] | None
 
 
-def read_answer(plan: ToolPlan, text: str, form: ToolCallFormat = FORMATS["generic"]) -> ReadAnswer:
-    """The text and the calls of a finished output.
+def read_answer(
+    plan: ToolPlan, text: str, form: ToolCallFormat = FORMATS["generic"], *, cut_short: bool = False
+) -> ReadAnswer:
+    """The text and the calls of a finished output (``cut_short``: by ``max_tokens``).
 
     Under ``auto``, text comes first and calls from the trigger on (or, in a format whose trigger is
-    the call's first character, calls from the start). A trigger cut short at the end is call
-    syntax, never content; a list cut short by ``max_tokens`` gives its complete calls and the one
-    it was writing: exactly what a stream of the same text delivers.
+    the call's first character, calls from the start). A trigger cut short by ``max_tokens`` is call
+    syntax, never content, while text that merely ends like one is text; a list cut short gives its
+    complete calls and the one it was writing: exactly what a stream of the same text delivers.
     """
     if plan.mode is ToolMode.NAMED:
         return ReadAnswer("", [ParsedCall(plan.functions[0].name, text)] if text else [])
     content = ""
-    if plan.mode is ToolMode.AUTO:
+    if _triggered(plan, form):
         found = _find_trigger(text, form.trigger, form.trigger_is_call)
         if found < 0:
-            cut = _partial_trigger(text, form.trigger, form.trigger_is_call)
+            cut_trigger = cut_short or plan.mode is not ToolMode.AUTO
+            cut = _partial_trigger(text, form.trigger, form.trigger_is_call) if cut_trigger else 0
             return ReadAnswer(text[: len(text) - cut], [] if cut else None)
         content, text = text[:found], text[found if form.trigger_is_call else found + len(form.trigger) :]
     reader = CallListReader([f.name for f in plan.functions], form)
     reader.feed(text)
     reader.finish()
     return ReadAnswer(content, reader.calls)
+
+
+def _triggered(plan: ToolPlan, form: ToolCallFormat) -> bool:
+    """Whether the calls begin with the format's trigger (always under ``auto``)."""
+    return plan.mode is ToolMode.AUTO or (plan.mode is ToolMode.REQUIRED and form.always_triggered)
 
 
 def _find_trigger(text: str, trigger: str, at_start_only: bool) -> int:
@@ -265,7 +273,7 @@ class ToolCallStream:
         self._reader = CallListReader([f.name for f in plan.functions], form)
         self._pending = ""  # AUTO: text that might still turn out to be the trigger
         self._text_only = False  # AUTO: the answer is text to its end
-        self._calling = plan.mode is not ToolMode.AUTO
+        self._calling = plan.mode is ToolMode.NAMED or not _triggered(plan, form)
         self._named_id = new_call_id()
         self._named_started = False
 
@@ -307,10 +315,13 @@ class ToolCallStream:
         self._pending = pending[len(pending) - held :]
         return "", pending[: len(pending) - held]
 
-    def finish(self) -> list[ChatDelta]:
-        """What is still owed when the generation ends; a marker cut short is call syntax, not content."""
+    def finish(self, cut_short: bool = False) -> list[ChatDelta]:
+        """What is still owed when the generation ends (``cut_short``: by ``max_tokens``); a trigger
+        cut short is call syntax, not content, but text that merely ends like one is text."""
         if self._calling and self._plan.mode is not ToolMode.NAMED:
             return [self._delta(piece) for piece in self._reader.finish()]
+        if self._pending and self._plan.mode is ToolMode.AUTO and not cut_short:
+            return [ChatDelta(content=self._pending)]
         return []
 
     def _named(self, text: str) -> list[ChatDelta]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llgtriton.guides import grammar_for
+from llgtriton.guides import grammar_for, lark_text
 from llgtriton.tool_formats import FORMATS, detect_format, renders_tools
 from llgtriton.tools import Function, PastCall, ToolMode, ToolRequest
 from llgtriton.wire import GuideType
@@ -156,3 +156,42 @@ def test_a_llama_template_is_detected() -> None:
     llama = '{% if tools %}{{ tools | tojson }} Respond as {"name": ..., "parameters": ...}<|eom_id|>{% endif %}'
     assert detect_format(llama) is FORMATS["llama3_json"]
     assert detect_format("{% if tools %}{{ tools | tojson }}<|python_tag|>{% endif %}") is FORMATS["llama3_json"]
+
+
+def mistral_calls(*calls: dict[str, Any]) -> str:
+    return "[TOOL_CALLS]" + json.dumps(list(calls))
+
+
+def test_mistral_calls_are_its_trigger_and_a_list_forced_or_not() -> None:
+    for mode in (ToolMode.REQUIRED, ToolMode.AUTO):
+        assert accepts(grammar("mistral", mode), mistral_calls(PARIS, UTC))
+    assert not accepts(grammar("mistral", ToolMode.REQUIRED), json.dumps([PARIS]))  # its models write the trigger
+    assert not accepts(grammar("mistral", ToolMode.REQUIRED, parallel=False), mistral_calls(PARIS, UTC))
+    auto = grammar("mistral", ToolMode.AUTO)
+    assert accepts(auto, "It is sunny.")
+    assert accepts(auto, "Let me check. " + mistral_calls(PARIS))
+    assert not accepts(auto, "[TOOL_CALLS] sunny")
+    assert detect_format('{{ "[AVAILABLE_TOOLS]" + (tools | tojson) }}[TOOL_CALLS]') is FORMATS["mistral"]
+    assert "Reply with [TOOL_CALLS] followed by a JSON list" in FORMATS["mistral"].instructions(
+        ToolRequest((WEATHER,), ToolMode.REQUIRED)
+    )
+
+
+@pytest.mark.parametrize("call_id", ["call_0123456789abcdef", "x", "", "ünï-cödé_id"])
+def test_mistral_templates_get_nine_letter_ids_the_same_for_a_call_and_its_result(call_id: str) -> None:
+    mapped = FORMATS["mistral"].template_call_id(call_id)
+    assert mapped is not None and len(mapped) == 9 and mapped.isascii() and mapped.isalnum()
+    assert FORMATS["mistral"].template_call_id(call_id) == mapped
+    assert FORMATS["mistral"].template_call_id("abcDEF123") == "abcDEF123"  # already of the shape: kept
+    assert FORMATS["hermes"].template_call_id(call_id) == call_id
+
+
+def test_tags_that_are_special_tokens_are_named_as_tokens() -> None:
+    assert lark_text("<tool_call>\n", {"<tool_call>": 7}) == '<[7]> "\\n"'
+    assert lark_text("\n</tool_call>", {"</tool_call>": 8, "<tool_call>": 7}) == '"\\n" <[8]>'
+    assert lark_text("plain", {"<tool_call>": 7}) == '"plain"'
+    special = {"[TOOL_CALLS]": 5}
+    assert "<[5]>" in FORMATS["mistral"].grammar(ToolRequest((WEATHER,), ToolMode.AUTO), special=special)
+    llama = FORMATS["llama3_json"]
+    assert "<[128010]>?" in llama.grammar(ToolRequest((WEATHER,), ToolMode.REQUIRED), special={llama.marker: 128010})
+    assert "<[" not in llama.grammar(ToolRequest((WEATHER,), ToolMode.REQUIRED))  # a tokenizer without the marker

@@ -18,7 +18,7 @@ from llgtriton.tools import ToolMode
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError, validation_error
 from proxy.protocol import MAX_TOOLS, ChatCompletionRequest, ChatDelta
-from proxy.tool_calls import JsonArraySplitter, ParsedCall, ToolCallStream, read_answer
+from proxy.tool_calls import JsonArraySplitter, ParsedCall, ReadAnswer, ToolCallStream, read_answer
 from proxy.tools import ToolPlan, plan_tools
 from tests.llgtriton.matching import accepts
 
@@ -369,7 +369,15 @@ def test_auto_text_then_calls_is_content_and_calls(form: str) -> None:
 
 @pytest.mark.parametrize("text", ["<", "<tool", "<tool_call", TOOL_CALL_MARKER])
 def test_auto_marker_cut_short_is_call_syntax_not_content(text: str) -> None:
-    assert parse_calls(plan("auto"), text) == []
+    assert read_answer(plan("auto"), text, cut_short=True) == ReadAnswer("", [])
+
+
+@pytest.mark.parametrize("text", ["<", "See <tool", "a <tool_call"])
+def test_text_that_ends_like_the_trigger_is_content_when_the_model_ended_it(text: str) -> None:
+    """The grammar lets text end so (it holds no whole trigger): a model that stopped there wrote text."""
+    assert read_answer(plan("auto"), text) == ReadAnswer(text, None)
+    tool_stream, result = stream(plan("auto"), [text[:3], text[3:]])
+    assert (result.content, result.calls, tool_stream.calls) == (text, [], 0)
 
 
 # JsonArraySplitter --------------------------------------------------------------------------
@@ -504,7 +512,12 @@ def llama_text(calls: list[tuple[str, dict[str, Any]]], dumps: dict[str, Any]) -
     return "; ".join(json.dumps({"name": name, "parameters": arguments}, **dumps) for name, arguments in calls)
 
 
-WRITERS = {"hermes": hermes_text, "llama3_json": llama_text}
+def mistral_text(calls: list[tuple[str, dict[str, Any]]], dumps: dict[str, Any]) -> str:
+    """Calls as mistral writes them, forced or not: [TOOL_CALLS] and a JSON list."""
+    return "[TOOL_CALLS]" + json.dumps([{"name": name, "arguments": arguments} for name, arguments in calls], **dumps)
+
+
+WRITERS = {"hermes": hermes_text, "llama3_json": llama_text, "mistral": mistral_text}
 
 
 @settings(max_examples=100, deadline=None)
@@ -524,6 +537,17 @@ def test_streamed_calls_in_a_models_format_reassemble_to_the_parsed_calls(
     assert named_and_arguments(result.calls) == [(c.name, c.arguments) for c in parsed]
     assert [json.loads(c["arguments"]) for c in result.calls] == [arguments for _, arguments in calls]
     assert tool_stream.calls == len(calls)
+
+
+def test_mistral_text_then_calls_and_a_trigger_cut_short() -> None:
+    made, form = plan("auto"), FORMATS["mistral"]
+    text = "Checking. " + mistral_text([("get_weather", {"city": "Paris"})], {})
+    answer = read_answer(made, text, form)
+    assert (answer.content, calls_of(answer.calls)) == ("Checking. ", [("get_weather", {"city": "Paris"})])
+    _, result = stream(made, ["Checking. [TOOL", text[len("Checking. [TOOL") :]], "mistral")
+    assert (result.content, named_and_arguments(result.calls)) == ("Checking. ", [("get_weather", '{"city": "Paris"}')])
+    for mode in ("auto", "required"):
+        assert read_answer(plan(mode), "[TOOL_CA", form, cut_short=True) == ReadAnswer("", [])
 
 
 def test_two_hermes_calls_in_one_chunk_are_both_complete_and_in_order() -> None:
@@ -584,7 +608,7 @@ def test_auto_plain_text_streams_as_content(text: str, data: st.DataObject) -> N
 def test_auto_marker_cut_short_streams_nothing(chunks: list[str]) -> None:
     tool_stream = ToolCallStream(plan("auto"))
     assert [delta for chunk in chunks for delta in tool_stream.feed(chunk)] == []
-    assert tool_stream.finish() == []
+    assert tool_stream.finish(cut_short=True) == []
     assert tool_stream.calls == 0
 
 
