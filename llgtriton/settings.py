@@ -87,6 +87,17 @@ class ProxySettings(_Section):
     api_key_file: Path | None = Field(
         None, description="File of accepted API keys, one per line (several at once: rotate without downtime)."
     )
+    responses_store: Path = Field(
+        Path(os.path.expanduser("~/.cache/llgtriton/responses.sqlite3")),
+        description="SQLite file of the stored Responses API responses (store, previous_response_id, background); "
+        "the proxy's workers on one host share it, and it survives restarts.",
+    )
+    responses_ttl_s: float = Field(
+        30 * 24 * 3600.0, gt=0, description="How long a stored response is kept after it is created, seconds."
+    )
+    responses_max_bytes: int = Field(
+        1 << 30, gt=0, description="Most bytes of stored responses; the oldest are evicted to make room."
+    )
 
     @property
     def triton_urls(self) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from proxy.body import parse_body
 from proxy.disconnects import cancelled_on_disconnect
 from proxy.errors import (
     ClientDisconnectedError,
+    InvalidRequestError,
     MethodNotAllowedError,
     NotFoundError,
     PayloadTooLargeError,
@@ -41,6 +42,9 @@ from proxy.metrics import MeteredClient, ProxyMetrics, RequestMetrics
 from proxy.openapi import openapi_document
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, now
 from proxy.replicas import ReplicaPool
+from proxy.responses.protocol import ResponsesRequest
+from proxy.responses.service import Responses
+from proxy.responses.store import SQLiteResponseStore, owner_of
 from proxy.serving import Generations
 from proxy.sse import EventStreamResponse
 from proxy.triton_client import GenerationClient, TritonGenerationClient
@@ -73,11 +77,15 @@ async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
 
 
 class Handlers:
-    def __init__(self, settings: ProxySettings, generations: Generations, client: GenerationClient) -> None:
+    def __init__(
+        self, settings: ProxySettings, generations: Generations, responses: Responses, client: GenerationClient
+    ) -> None:
         self._settings = settings
         self._generations = generations
+        self._responses = responses
         self._client = client
         self._model_card = ModelCard(id=generations.model_name, created=now())
+        self._scoped = bool(accepted_keys(settings))  # stored responses belong to the key that made them
 
     async def _parse(self, request: Request, model: type[RequestModel]) -> RequestModel:
         data = parse_body(await _read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s))
@@ -115,6 +123,46 @@ class Handlers:
             return EventStreamResponse(self._generations.completion_stream(body))
         async with cancelled_on_disconnect(request.receive):
             return _json(await self._generations.completion(body))
+
+    def _owner(self, request: Request) -> str:
+        """Whose stored responses a request may see: its API key's (the guard has checked the key)."""
+        if not self._scoped:
+            return ""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return owner_of(token.strip() if scheme.lower() == "bearer" else None)
+
+    async def create_response(self, request: Request) -> Response:
+        body = await self._parse(request, ResponsesRequest)
+        owner = self._owner(request)
+        if body.stream:
+            return EventStreamResponse(self._responses.stream(body, owner), named=True)
+        async with cancelled_on_disconnect(request.receive):
+            return _json(await self._responses.create(body, owner))
+
+    async def stored_response(self, request: Request) -> Response:
+        response_id, owner = request.path_params["response_id"], self._owner(request)
+        if request.method == "DELETE":
+            return _json(await self._responses.delete(response_id, owner))
+        if request.query_params.get("stream") in ("true", "1"):
+            raise InvalidRequestError("streaming a stored response again is not supported", param="stream")
+        return _json(await self._responses.get(response_id, owner))
+
+    async def cancel_response(self, request: Request) -> Response:
+        return _json(await self._responses.cancel(request.path_params["response_id"], self._owner(request)))
+
+    async def response_input_items(self, request: Request) -> Response:
+        query = request.query_params
+        limit = query.get("limit", "20")
+        if not limit.isdigit():
+            raise InvalidRequestError("limit must be an integer", param="limit")
+        listed = await self._responses.input_items(
+            request.path_params["response_id"],
+            self._owner(request),
+            limit=int(limit),
+            order=query.get("order", "desc"),
+            after=query.get("after"),
+        )
+        return _json(listed)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document(self._model_card.id))
@@ -184,11 +232,18 @@ def create_app(
     metrics = ProxyMetrics(None if shared is None else shared.metrics_dir)
     generation_client = MeteredClient(client or triton_client(settings, metrics, triton_key), metrics)
     model_name = settings.served_model_name or settings.model_name
-    handlers = Handlers(settings, Generations(generation_client, model_name), generation_client)
+    generations = Generations(generation_client, model_name)
+    store = settings.responses_store
+    responses = Responses(
+        generations,
+        lambda: SQLiteResponseStore(store, ttl_s=settings.responses_ttl_s, max_bytes=settings.responses_max_bytes),
+    )
+    handlers = Handlers(settings, generations, responses, generation_client)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
+        await responses.close()
         await generation_client.close()
 
     routes = [
@@ -196,6 +251,10 @@ def create_app(
         Route("/v1/models/{model:path}", handlers.model, methods=["GET"]),
         Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
         Route("/v1/completions", handlers.completions, methods=["POST"]),
+        Route("/v1/responses", handlers.create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", handlers.stored_response, methods=["GET", "DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", handlers.response_input_items, methods=["GET"]),
+        Route("/v1/responses/{response_id}/cancel", handlers.cancel_response, methods=["POST"]),
         Route("/health", handlers.health, methods=["GET"]),
         Route("/ready", handlers.ready, methods=["GET"]),
         Route("/metrics", metrics.endpoint, methods=["GET"]),

@@ -19,7 +19,7 @@ from proxy.errors import AuthenticationError, RateLimitError, http_response
 logger = logging.getLogger(__name__)
 
 PROTECTED_PREFIX = "/v1/"
-GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 
 
 def _bearer_token(scope: Scope) -> bytes | None:

@@ -8,6 +8,7 @@ response schemas come from the response models. Served at ``/openapi.json``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,6 +24,8 @@ from proxy.protocol import (
     ModelList,
     request_models,
 )
+from proxy.responses.output import ResponseEvent
+from proxy.responses.protocol import DeletedResponse, InputItemList, Response, ResponsesRequest
 
 _MODELS: list[type[BaseModel]] = [
     ChatCompletionRequest,
@@ -32,6 +35,11 @@ _MODELS: list[type[BaseModel]] = [
     Completion,
     ModelCard,
     ModelList,
+    ResponsesRequest,
+    Response,
+    ResponseEvent,
+    DeletedResponse,
+    InputItemList,
 ]
 
 _ERROR = {
@@ -55,7 +63,7 @@ _ERROR = {
 _GENERATION_ERRORS = {
     "400": "Invalid request: a field fails validation, an unsupported parameter, a constraint that does not compile",
     "401": "Missing or wrong API key (when keys are configured)",
-    "404": "Unknown model",
+    "404": "Unknown model, or no such stored response",
     "413": "Body larger than the proxy's limit",
     "429": "Too many concurrent requests (when a limit is configured); see Retry-After",
     "503": "Triton or the model is not available, or the backend queue is full; see Retry-After",
@@ -66,6 +74,13 @@ _GENERATION_ERRORS = {
 # 400 `unsupported_parameter`, see proxy/translate.py); the document states what is accepted.
 _ACCEPTED_ONLY: dict[str, dict[str, dict[str, Any]]] = {
     "ChatCompletionRequest": {},
+    "ResponsesRequest": {
+        "truncation": {"enum": ["disabled", None]},
+        "conversation": {"type": "null"},
+        "prompt": {"type": "null"},
+        "max_tool_calls": {"type": "null"},
+        "include": {"anyOf": [{"type": "array", "items": {"const": "message.output_text.logprobs"}}, {"type": "null"}]},
+    },
     "CompletionRequest": {
         "suffix": {"enum": ["", None]},
         "best_of": {"enum": [1, None]},
@@ -106,18 +121,35 @@ def _event(chunk: type[BaseModel]) -> dict[str, Any]:
     }
 
 
+def _named_event() -> dict[str, Any]:
+    """One server-sent event of a Responses stream: ``event: <type>`` and its JSON; no ``[DONE]``."""
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"type": "string"},
+            "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": _ref(ResponseEvent)},
+        },
+    }
+
+
 def _generation(summary: str, request: type[BaseModel], response: type[BaseModel], chunk: type[BaseModel]) -> Any:
+    named = chunk is ResponseEvent
+    stream = (
+        "`event: <type>` and `data: <event JSON>` per event, from `response.created` to `response.completed`"
+        if named
+        else f"each `data: <{chunk.__name__} JSON>`, then `data: [DONE]`"
+    )
     return {
         "post": {
             "summary": summary,
             "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},
             "responses": {
                 "200": {
-                    "description": f"A {response.__name__} object, or with `stream: true` server-sent events, "
-                    f"each `data: <{chunk.__name__} JSON>`, then `data: [DONE]`",
+                    "description": f"A {response.__name__} object, or with `stream: true` server-sent events, {stream}",
                     "content": {
                         "application/json": {"schema": _ref(response)},
-                        "text/event-stream": {"schema": _event(chunk)},
+                        "text/event-stream": {"schema": _named_event() if named else _event(chunk)},
                     },
                 },
                 **_errors("400", "401", "404", "413", "429", "503"),
@@ -127,7 +159,7 @@ def _generation(summary: str, request: type[BaseModel], response: type[BaseModel
 
 
 def _null_takes_the_default(components: dict[str, Any]) -> None:
-    """Request fields that have a default also accept null, which means the default (``_Request``)."""
+    """Request fields that have a default also accept null, which means the default (``RequestBody``)."""
     for model in request_models():
         properties = components.get(model.__name__, {}).get("properties", {})
         for name, field in model.model_fields.items():
@@ -136,6 +168,34 @@ def _null_takes_the_default(components: dict[str, Any]) -> None:
                 schema = properties[key]
                 kept = {k: schema.pop(k) for k in ("default", "description", "title") if k in schema}
                 properties[key] = {"anyOf": [schema, {"type": "null"}], **kept}
+
+
+def _stored_responses() -> dict[str, Any]:
+    """The routes of stored responses: read, delete, cancel (background ones), list the input items."""
+    response_id = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+    def route(summary: str, model: type[BaseModel], *codes: str, query: Sequence[Any] = ()) -> dict[str, Any]:
+        return {
+            "summary": summary,
+            "parameters": [response_id, *query],
+            "responses": {"200": _json(_ref(model), summary), **_errors("401", "404", *codes)},
+        }
+
+    listing = [
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+        {"name": "order", "in": "query", "schema": {"enum": ["asc", "desc"]}},
+        {"name": "after", "in": "query", "schema": {"type": "string"}},
+    ]
+    return {
+        "/v1/responses/{response_id}": {
+            "get": route("A stored response", Response),
+            "delete": route("Delete a stored response", DeletedResponse),
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "get": route("The input items of a stored response", InputItemList, "400", query=listing)
+        },
+        "/v1/responses/{response_id}/cancel": {"post": route("Cancel a background response", Response, "400")},
+    }
 
 
 @functools.cache
@@ -147,7 +207,7 @@ def openapi_document(served_model: str) -> dict[str, Any]:
     )
     components = {**schemas.get("$defs", {}), "Error": _ERROR}
     _null_takes_the_default(components)
-    for request in (ChatCompletionRequest, CompletionRequest):
+    for request in (ChatCompletionRequest, CompletionRequest, ResponsesRequest):
         properties = components[request.__name__]["properties"]
         properties["model"] = {"type": "string", "enum": [served_model]}
         for name, accepted in _ACCEPTED_ONLY[request.__name__].items():
@@ -172,6 +232,10 @@ def openapi_document(served_model: str) -> dict[str, Any]:
                 "Chat completion", ChatCompletionRequest, ChatCompletion, ChatCompletionChunk
             ),
             "/v1/completions": _generation("Text completion", CompletionRequest, Completion, Completion),
+            "/v1/responses": _generation(
+                "Create a response (Responses API)", ResponsesRequest, Response, ResponseEvent
+            ),
+            **_stored_responses(),
             "/v1/models": {
                 "get": {
                     "summary": "The served model",

@@ -49,7 +49,7 @@ Seed = Annotated[int, Field(ge=0, le=UINT64_MAX), BeforeValidator(_integral)]
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX), BeforeValidator(_integral)]
 
 
-class _Request(BaseModel):
+class RequestBody(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
     @model_validator(mode="before")
@@ -70,17 +70,17 @@ class _Request(BaseModel):
 def request_models(base: type[BaseModel] | None = None) -> list[type[BaseModel]]:
     """Every request model (a body or a part of one), for the OpenAPI document."""
     found: list[type[BaseModel]] = []
-    for model in (base or _Request).__subclasses__():
+    for model in (base or RequestBody).__subclasses__():
         found += [model, *request_models(model)]
     return found
 
 
-class TextPart(_Request):
+class TextPart(RequestBody):
     type: Literal["text"]
     text: str
 
 
-class CalledFunction(_Request):
+class CalledFunction(RequestBody):
     name: str
     arguments: str | dict[str, Any] = "{}"  # JSON text, as OpenAI sends it (an object is accepted too)
 
@@ -88,7 +88,7 @@ class CalledFunction(_Request):
         return self.arguments if not isinstance(self.arguments, str) else arguments_value(self.arguments)
 
 
-class PastToolCall(_Request):
+class PastToolCall(RequestBody):
     """A call the assistant made earlier in the conversation."""
 
     id: str | None = None
@@ -96,7 +96,7 @@ class PastToolCall(_Request):
     function: CalledFunction
 
 
-class ChatMessage(_Request):
+class ChatMessage(RequestBody):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -123,23 +123,23 @@ class ChatMessage(_Request):
         )
 
 
-class FunctionDefinition(_Request):
+class FunctionDefinition(RequestBody):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="1-64 letters, digits, '_' or '-'")
     description: str | None = None
     parameters: dict[str, Any] | None = None  # a JSON schema; none means no arguments
     strict: bool | None = None  # arguments always follow the schema here, strict or not
 
 
-class Tool(_Request):
+class Tool(RequestBody):
     type: Literal["function"]
     function: FunctionDefinition
 
 
-class NamedFunction(_Request):
+class NamedFunction(RequestBody):
     name: str
 
 
-class NamedToolChoice(_Request):
+class NamedToolChoice(RequestBody):
     type: Literal["function"]
     function: NamedFunction
 
@@ -149,23 +149,23 @@ ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | None
 FunctionChoice = Literal["none", "auto"] | NamedFunction | None
 
 
-class StreamOptions(_Request):
+class StreamOptions(RequestBody):
     include_usage: bool = False
 
 
-class JsonSchemaFormat(_Request):
+class JsonSchemaFormat(RequestBody):
     name: str | None = None
     description: str | None = None
     schema_: dict[str, Any] | bool | None = Field(None, alias="schema")
     strict: bool | None = None
 
 
-class ResponseFormat(_Request):
+class ResponseFormat(RequestBody):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
 
-class StructuredOutputs(_Request):
+class StructuredOutputs(RequestBody):
     """vLLM's extension: exactly one of these constrains the output."""
 
     json_: dict[str, Any] | str | bool | None = Field(None, alias="json")
@@ -177,7 +177,7 @@ class StructuredOutputs(_Request):
     disable_any_whitespace: bool = False
 
 
-class GenerationRequestBase(_Request):
+class GenerationRequestBase(RequestBody):
     model: str
     max_tokens: TokenCount | None = None
     temperature: float = Field(1.0, ge=0.0, le=MAX_TEMPERATURE)
@@ -275,7 +275,7 @@ class CompletionRequest(GenerationRequestBase):
 # Responses ----------------------------------------------------------------------------------
 
 
-class _Response(BaseModel):
+class ResponseBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -290,7 +290,7 @@ def now() -> int:
 FinishReasonName = Literal["stop", "length", "tool_calls", "function_call"]
 
 
-class Usage(_Response):
+class Usage(ResponseBody):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
@@ -304,18 +304,18 @@ class Usage(_Response):
         )
 
 
-class FunctionCall(_Response):
+class FunctionCall(ResponseBody):
     name: str
     arguments: str
 
 
-class ToolCall(_Response):
+class ToolCall(ResponseBody):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class AssistantMessage(_Response):
+class AssistantMessage(ResponseBody):
     role: Literal["assistant"] = "assistant"
     content: str | None
     reasoning_content: str | None = Field(None, exclude_if=lambda text: text is None)  # a reasoning model's thinking
@@ -323,32 +323,32 @@ class AssistantMessage(_Response):
     function_call: FunctionCall | None = Field(None, exclude_if=lambda call: call is None)
 
 
-class TopLogprob(_Response):
+class TopLogprob(ResponseBody):
     token: str
     logprob: float
     bytes: list[int] | None
 
 
-class ChatTokenLogprob(_Response):
+class ChatTokenLogprob(ResponseBody):
     token: str
     logprob: float
     bytes: list[int] | None
     top_logprobs: list[TopLogprob]
 
 
-class ChatLogprobs(_Response):
+class ChatLogprobs(ResponseBody):
     content: list[ChatTokenLogprob] | None
     refusal: None = None
 
 
-class ChatChoice(_Response):
+class ChatChoice(ResponseBody):
     index: int
     message: AssistantMessage
     finish_reason: FinishReasonName | None
     logprobs: ChatLogprobs | None = None
 
 
-class ChatCompletion(_Response):
+class ChatCompletion(ResponseBody):
     id: str
     object: Literal["chat.completion"] = "chat.completion"
     created: int
@@ -357,19 +357,19 @@ class ChatCompletion(_Response):
     usage: Usage
 
 
-class FunctionCallDelta(_Response):
+class FunctionCallDelta(ResponseBody):
     name: str | None = Field(None, exclude_if=lambda value: value is None)
     arguments: str | None = Field(None, exclude_if=lambda value: value is None)
 
 
-class ToolCallDelta(_Response):
+class ToolCallDelta(ResponseBody):
     index: int
     id: str | None = Field(None, exclude_if=lambda value: value is None)
     type: Literal["function"] | None = Field(None, exclude_if=lambda value: value is None)
     function: FunctionCallDelta
 
 
-class ChatDelta(_Response):
+class ChatDelta(ResponseBody):
     role: Literal["assistant"] | None = None
     content: str | None = None
     reasoning_content: str | None = Field(None, exclude_if=lambda text: text is None)  # a reasoning model's thinking
@@ -377,14 +377,14 @@ class ChatDelta(_Response):
     function_call: FunctionCallDelta | None = Field(None, exclude_if=lambda call: call is None)
 
 
-class ChatChunkChoice(_Response):
+class ChatChunkChoice(ResponseBody):
     index: int
     delta: ChatDelta
     finish_reason: FinishReasonName | None = None
     logprobs: ChatLogprobs | None = None
 
 
-class ChatCompletionChunk(_Response):
+class ChatCompletionChunk(ResponseBody):
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
@@ -393,21 +393,21 @@ class ChatCompletionChunk(_Response):
     usage: Usage | None = None
 
 
-class CompletionLogprobs(_Response):
+class CompletionLogprobs(ResponseBody):
     tokens: list[str]
     token_logprobs: list[float | None]  # None for the prompt's first token (echo), which nothing scores
     top_logprobs: list[dict[str, float] | None] | None
     text_offset: list[int]
 
 
-class CompletionChoice(_Response):
+class CompletionChoice(ResponseBody):
     index: int
     text: str
     finish_reason: FinishReasonName | None
     logprobs: CompletionLogprobs | None = None
 
 
-class Completion(_Response):
+class Completion(ResponseBody):
     id: str
     object: Literal["text_completion"] = "text_completion"
     created: int
@@ -416,13 +416,13 @@ class Completion(_Response):
     usage: Usage | None = None
 
 
-class ModelCard(_Response):
+class ModelCard(ResponseBody):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "llgtriton"
 
 
-class ModelList(_Response):
+class ModelList(ResponseBody):
     object: Literal["list"] = "list"
     data: list[ModelCard]

@@ -1,4 +1,5 @@
-"""Server-sent events: ``data: <json>`` per chunk, an error event on failure, ``[DONE]`` last.
+"""Server-sent events: ``data: <json>`` per chunk, an error event on failure, ``[DONE]`` last; or,
+for the Responses API, ``event: <type>`` before each event's data and no ``[DONE]``.
 
 :class:`EventStreamResponse` waits for the first chunk before it sends its headers, so a request
 refused before then still gets a proper HTTP status; after that, failures become error events.
@@ -6,6 +7,7 @@ refused before then still gets a proper HTTP status; after that, failures become
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
@@ -15,7 +17,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy.disconnects import cancelled_on_disconnect
-from proxy.errors import ClientDisconnectedError, ProxyError, sse_event
+from proxy.errors import ClientDisconnectedError, ProxyError, as_proxy_error, error_body, sse_event
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +29,19 @@ def frame(chunk: BaseModel) -> bytes:
     return b"data: " + chunk.model_dump_json(exclude_none=False).encode() + b"\n\n"
 
 
+def named_frame(event: BaseModel) -> bytes:
+    """A Responses event: its type as the SSE event name, then its data."""
+    kind = str(getattr(event, "type", "message"))
+    return b"event: " + kind.encode() + b"\n" + frame(event)
+
+
+def named_error(error: BaseException) -> bytes:
+    """A failure the Responses stream did not report itself, as its ``error`` event."""
+    body = error_body(as_proxy_error(error))["error"]
+    data = {"type": "error", "sequence_number": -1, **{k: body[k] for k in ("code", "message", "param")}}
+    return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
+
+
 class EventStreamResponse(Response):
     """Streams ``chunks`` as server-sent events from the request's own task.
 
@@ -36,11 +51,14 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, chunks: AsyncGenerator[BaseModel]) -> None:
+    def __init__(self, chunks: AsyncGenerator[BaseModel], *, named: bool = False) -> None:
         self.status_code = 200
         self.background = None
         self.init_headers(_HEADERS)
         self._chunks = chunks
+        self._frame = named_frame if named else frame
+        self._error = named_error if named else sse_event
+        self._done = b"" if named else DONE
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
@@ -60,10 +78,10 @@ class EventStreamResponse(Response):
     async def _stream(self, first: BaseModel, send: Send) -> None:
         """``first`` and the rest; an error mid-stream becomes an error event before [DONE]."""
         try:
-            await send({"type": "http.response.body", "body": frame(first), "more_body": True})
+            await send({"type": "http.response.body", "body": self._frame(first), "more_body": True})
             async for chunk in self._chunks:
-                await send({"type": "http.response.body", "body": frame(chunk), "more_body": True})
+                await send({"type": "http.response.body", "body": self._frame(chunk), "more_body": True})
         except Exception as exc:
             logger.warning("stream failed: %s", exc)
-            await send({"type": "http.response.body", "body": sse_event(exc), "more_body": True})
-        await send({"type": "http.response.body", "body": DONE, "more_body": False})
+            await send({"type": "http.response.body", "body": self._error(exc), "more_body": True})
+        await send({"type": "http.response.body", "body": self._done, "more_body": False})

@@ -33,6 +33,7 @@ def tokenizer(loaded_model: Any) -> Any:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(tmp_path_factory.mktemp("server") / "serve.log")
+    folder = tmp_path_factory.mktemp("server")
+    running = start_server(folder / "serve.log", f"--proxy-responses-store={folder / 'responses.sqlite3'}")
     yield running
     stop_server(running)

@@ -67,3 +67,24 @@ def test_bind_tools_cut_short_is_a_call_not_content(chat: ChatOpenAI) -> None:
     assert message.response_metadata["finish_reason"] == "length"
     calls = [*message.tool_calls, *message.invalid_tool_calls]
     assert all(call["name"] == "WeatherQuery" for call in calls)
+
+
+@pytest.fixture(scope="module")
+def responses_chat(base_url: str, model: str) -> ChatOpenAI:
+    """ChatOpenAI in its Responses API mode."""
+    return ChatOpenAI(model=model, base_url=base_url, api_key="unused", temperature=0, max_tokens=120, max_retries=0,
+                      use_responses_api=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["json_schema", "function_calling"])
+def test_responses_structured_output(responses_chat: ChatOpenAI, method: str) -> None:
+    answer = responses_chat.with_structured_output(Person, method=method).invoke(PROMPT)
+    assert isinstance(answer, Person)
+
+
+def test_responses_bind_tools_forced(responses_chat: ChatOpenAI) -> None:
+    message = responses_chat.bind_tools([WeatherQuery], tool_choice="required", parallel_tool_calls=False).invoke(
+        WEATHER_PROMPT
+    )
+    assert message.tool_calls, message
+    WeatherQuery.model_validate(message.tool_calls[0]["args"])

@@ -1,5 +1,5 @@
 """pydantic-ai: an agent's structured output by its default (an output tool), ToolOutput and NativeOutput,
-with function tools beside it."""
+with function tools beside it; and over the Responses API (OpenAIResponsesModel)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from pydantic_ai import Agent, ModelSettings, NativeOutput, ToolOutput, capture_run_messages
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ToolCallPart
-from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import UsageLimits
 
@@ -66,3 +66,11 @@ def test_streamed_structured_output(chat_model: OpenAIChatModel) -> None:
 
     parts = asyncio.run(run())
     assert parts and isinstance(parts[-1], Person)
+
+
+@pytest.mark.parametrize("output", [Person, NativeOutput(Person)], ids=["default", "native"])
+def test_responses_structured_output(base_url: str, model: str, output: object) -> None:
+    responses_model = OpenAIResponsesModel(model, provider=OpenAIProvider(base_url=base_url, api_key="unused"))
+    agent = Agent(responses_model, output_type=output, model_settings=SETTINGS)
+    result = agent.run_sync(PROMPT, usage_limits=LIMITS)
+    assert isinstance(result.output, Person)

@@ -1,0 +1,272 @@
+"""The Responses API served through chat completions: create (whole, streamed or in the background),
+and the stored responses' reads, deletes, input items and cancellation.
+
+Each response is generated as one chat completion (``Generations``), so it gets the same
+constraints, tool-call formats and reasoning split. A stored response keeps its whole input (the
+conversation it continued, then its own items) beside its output: ``previous_response_id`` reads
+the one record. Who may read it is the caller's API key (``owner``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from proxy.errors import InvalidRequestError, NotFoundError, ProxyError, as_proxy_error
+from proxy.protocol import ChatCompletionRequest, StreamOptions, now
+from proxy.responses.conversation import ChatPlan, chat_request, parse_items, refuse_unsupported, renamed, stored_items
+from proxy.responses.output import ResponseEvent, ResponseEvents, failed, finished, new_response_id, output_items
+from proxy.responses.protocol import DeletedResponse, InputItem, InputItemList, Response, ResponsesRequest
+from proxy.responses.store import ACTIVE, ResponseStore, StoredResponse
+from proxy.serving import Generations
+from proxy.translate import chat_generation
+
+logger = logging.getLogger(__name__)
+
+CANCEL_POLL_S = 0.5  # how often a background response checks whether another process cancelled it
+MAX_LISTED_ITEMS = 100
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A request made ready to run: the chat completion it is served as, and what is stored with it."""
+
+    chat: ChatPlan
+    draft: Response
+    input_items: list[dict[str, Any]]
+    owner: str
+
+
+def _draft(request: ResponsesRequest, model: str, status: Literal["queued", "in_progress"]) -> Response:
+    text = request.text.model_dump(mode="json", by_alias=True, exclude_none=True) if request.text else {}
+    return Response(
+        id=new_response_id(),
+        created_at=now(),
+        status=status,
+        background=request.background,
+        instructions=request.instructions,
+        max_output_tokens=request.max_output_tokens,
+        metadata=request.metadata or {},
+        model=model,
+        output=[],
+        parallel_tool_calls=request.parallel_tool_calls is not False,
+        previous_response_id=request.previous_response_id,
+        reasoning=request.reasoning.model_dump(exclude_none=True) if request.reasoning else {},
+        store=request.store,
+        temperature=request.temperature,
+        text={"format": {"type": "text"}, **text},
+        tool_choice=request.tool_choice or "auto",
+        tools=request.tools or [],
+        top_p=request.top_p,
+        user=request.user,
+    )
+
+
+class Responses:
+    """``open_store`` is called on first use: a server nobody asks for a response opens no database."""
+
+    def __init__(self, generations: Generations, open_store: Callable[[], ResponseStore]) -> None:
+        self._generations = generations
+        self._open_store = open_store
+        self._opened: ResponseStore | None = None
+        self._background: dict[str, asyncio.Task[None]] = {}
+
+    @property
+    def _store(self) -> ResponseStore:
+        if self._opened is None:
+            self._opened = self._open_store()
+        return self._opened
+
+    async def _conversation(self, request: ResponsesRequest, owner: str) -> tuple[list[InputItem], int]:
+        """The items before this request's (from ``previous_response_id``) and its own, and where its own begin."""
+        earlier: list[dict[str, Any]] = []
+        if request.previous_response_id is not None:
+            previous = await self._store.get(request.previous_response_id, owner)
+            if previous is None:
+                raise NotFoundError(
+                    f"no stored response {request.previous_response_id!r}",
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                )
+            if previous.status in ACTIVE:
+                raise InvalidRequestError(
+                    f"response {previous.id!r} is still {previous.status}", param="previous_response_id"
+                )
+            earlier = [*previous.input_items, *previous.response.get("output", [])]
+        history = parse_items(earlier, "previous_response_id")
+        return [*history, *parse_items(request.input)], len(history)
+
+    async def _prepare(self, request: ResponsesRequest, owner: str) -> _Prepared:
+        refuse_unsupported(request)
+        if request.model_extra:
+            logger.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
+        conversation, own_from = await self._conversation(request, owner)
+        chat = chat_request(request, conversation, own_from)
+        status: Literal["queued", "in_progress"] = "queued" if request.background else "in_progress"
+        draft = _draft(request, self._generations.model_name, status)
+        return _Prepared(chat, draft, stored_items(conversation), owner)
+
+    async def _keep(self, prepared: _Prepared, response: Response, request: ResponsesRequest) -> None:
+        if not request.store:
+            return
+        try:
+            await self._store.put(_record(prepared, response))
+        except ValueError as exc:  # larger than the whole store
+            message = f"the response cannot be stored: {exc}; send store false"
+            raise InvalidRequestError(message, param="store") from None
+
+    async def _chat(self, chat: ChatCompletionRequest) -> Any:
+        try:
+            return await self._generations.chat(chat)
+        except ProxyError as exc:
+            raise renamed(exc) from None
+
+    async def create(self, request: ResponsesRequest, owner: str) -> Response:
+        prepared = await self._prepare(request, owner)
+        if request.background:
+            return await self._start_background(prepared, request)
+        completion = await self._chat(prepared.chat.request)
+        choice = completion.choices[0]
+        items = output_items(choice.message, choice.finish_reason, choice.logprobs)
+        response = finished(prepared.draft, items, choice.finish_reason, completion.usage)
+        await self._keep(prepared, response, request)
+        return response
+
+    async def stream(self, request: ResponsesRequest, owner: str) -> AsyncGenerator[ResponseEvent]:
+        """The event stream. Whatever goes wrong before the first chunk arrives (a bad constraint, a
+        full queue) is an HTTP error; after it, an ``error`` and a ``response.failed`` event."""
+        prepared = await self._prepare(request, owner)
+        chat = prepared.chat.request.model_copy(update={"stream_options": StreamOptions(include_usage=True)})
+        chunks = self._generations.chat_stream(chat)
+        try:
+            first = await anext(chunks)
+        except ProxyError as exc:
+            await chunks.aclose()
+            raise renamed(exc) from None
+        events = ResponseEvents(prepared.draft)
+        for event in events.start() + events.chunk(first):
+            yield event
+        try:
+            async for chunk in chunks:
+                for event in events.chunk(chunk):
+                    yield event
+        except Exception as exc:
+            logger.warning("response %s failed: %s", prepared.draft.id, exc)
+            ended, response = events.fail(renamed(as_proxy_error(exc)))
+        else:
+            ended, response = events.finish()
+        finally:
+            await chunks.aclose()
+        await self._keep(prepared, response, request)
+        for event in ended:
+            yield event
+
+    async def _start_background(self, prepared: _Prepared, request: ResponsesRequest) -> Response:
+        # Refused now, not failed later: the constraint and the tools are checked before it is queued.
+        try:
+            await asyncio.to_thread(chat_generation, prepared.chat.request)
+        except ProxyError as exc:
+            raise renamed(exc) from None
+        await self._keep(prepared, prepared.draft, request)
+        task = asyncio.create_task(self._run_background(prepared), name=f"background {prepared.draft.id}")
+        self._background[prepared.draft.id] = task
+        task.add_done_callback(lambda _: self._background.pop(prepared.draft.id, None))
+        return prepared.draft
+
+    async def _run_background(self, prepared: _Prepared) -> None:
+        draft = prepared.draft.model_copy(update={"status": "in_progress"})
+        await self._finish(prepared, draft)
+        generation = asyncio.create_task(self._chat(prepared.chat.request))
+        try:
+            while not generation.done():
+                await asyncio.wait({generation}, timeout=CANCEL_POLL_S)
+                stored = await self._store.get(draft.id, prepared.owner)
+                if stored is None or stored.status == "cancelled":  # cancelled by another process (or evicted)
+                    generation.cancel()
+            completion = generation.result()
+            choice = completion.choices[0]
+            items = output_items(choice.message, choice.finish_reason, choice.logprobs)
+            response = finished(draft, items, choice.finish_reason, completion.usage)
+        except asyncio.CancelledError:
+            generation.cancel()
+            return
+        except Exception as exc:
+            logger.warning("background response %s failed: %s", draft.id, exc)
+            response = failed(draft, as_proxy_error(exc))
+        await self._finish(prepared, response)
+
+    async def _finish(self, prepared: _Prepared, response: Response) -> None:
+        """Store a background response's new state, unless it was cancelled meanwhile."""
+        try:
+            await self._store.finish(_record(prepared, response))
+        except ValueError as exc:  # the output made it larger than the whole store: keep the failure
+            too_large = failed(response, InvalidRequestError(f"the response cannot be stored: {exc}"))
+            await self._store.finish(dataclasses.replace(_record(prepared, too_large), input_items=[]))
+
+    async def _stored(self, response_id: str, owner: str) -> StoredResponse:
+        stored = await self._store.get(response_id, owner)
+        if stored is None:
+            raise NotFoundError(f"no stored response {response_id!r}", code="response_not_found")
+        return stored
+
+    async def get(self, response_id: str, owner: str) -> Response:
+        return Response.model_validate((await self._stored(response_id, owner)).response)
+
+    async def delete(self, response_id: str, owner: str) -> DeletedResponse:
+        if not await self._store.delete(response_id, owner):
+            raise NotFoundError(f"no stored response {response_id!r}", code="response_not_found")
+        return DeletedResponse(id=response_id)
+
+    async def cancel(self, response_id: str, owner: str) -> Response:
+        stored = await self._stored(response_id, owner)
+        if not stored.response.get("background"):
+            raise InvalidRequestError("only background responses can be cancelled", code="not_background")
+        if stored.status in ACTIVE:
+            cancelled = {**stored.response, "status": "cancelled"}
+            updated = await self._store.cancel(response_id, owner, cancelled)
+            stored = updated or stored
+            task = self._background.get(response_id)
+            if task is not None:
+                task.cancel()
+        return Response.model_validate(stored.response)
+
+    async def input_items(
+        self, response_id: str, owner: str, *, limit: int = 20, order: str = "desc", after: str | None = None
+    ) -> InputItemList:
+        if not 1 <= limit <= MAX_LISTED_ITEMS:
+            raise InvalidRequestError(f"limit must be 1-{MAX_LISTED_ITEMS}", param="limit")
+        if order not in ("asc", "desc"):
+            raise InvalidRequestError("order must be asc or desc", param="order")
+        items = (await self._stored(response_id, owner)).input_items
+        items = items if order == "asc" else items[::-1]
+        if after is not None:
+            ids = [item.get("id") for item in items]
+            if after not in ids:
+                raise InvalidRequestError(f"no input item {after!r} in this response", param="after")
+            items = items[ids.index(after) + 1 :]
+        page = items[:limit]
+        first_id = page[0].get("id") if page else None
+        last_id = page[-1].get("id") if page else None
+        return InputItemList(data=page, first_id=first_id, last_id=last_id, has_more=len(items) > limit)
+
+    async def close(self) -> None:
+        for task in list(self._background.values()):
+            task.cancel()
+        opened, self._opened = self._opened, None  # (an app started again opens it again)
+        if opened is not None:
+            await opened.close()
+
+
+def _record(prepared: _Prepared, response: Response) -> StoredResponse:
+    return StoredResponse(
+        response.id,
+        prepared.owner,
+        response.created_at,
+        response.status,
+        response.model_dump(mode="json"),
+        prepared.input_items,
+    )

@@ -1,0 +1,264 @@
+"""Stored responses of the Responses API (``store``, ``previous_response_id``, background responses).
+
+``SQLiteResponseStore`` keeps them in one SQLite file in WAL mode, so the proxy's worker processes on one host
+share it. Several hosts need a shared server instead: another class with these same methods (e.g. on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+logger = logging.getLogger(__name__)
+
+ACTIVE = frozenset({"queued", "in_progress"})
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 5.0
+
+_T = TypeVar("_T")
+
+_SCHEMA = """
+CREATE TABLE responses (
+    seq INTEGER PRIMARY KEY,  -- insertion order: the tie-break among equal created_at when evicting
+    id TEXT NOT NULL UNIQUE,
+    owner TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at REAL NOT NULL,
+    status TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    response TEXT NOT NULL,
+    input_items TEXT NOT NULL
+);
+CREATE INDEX responses_expires_at ON responses (expires_at);
+CREATE INDEX responses_created_at ON responses (created_at, seq);
+"""
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    id: str  # "resp_..."
+    owner: str  # who may read it: owner_of(the caller's API key)
+    created_at: int  # unix seconds
+    status: str  # queued, in_progress, completed, incomplete, cancelled, failed
+    response: dict[str, Any]  # the Response object, as JSON
+    input_items: list[dict[str, Any]]  # the whole input: earlier turns (via previous_response_id), then this request's
+
+
+class ResponseStore(Protocol):
+    async def put(self, stored: StoredResponse) -> None:
+        """Insert, or replace the record with the same id. ``ValueError`` if it alone exceeds the size bound."""
+
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
+        """``None`` if absent, expired, or another owner's."""
+
+    async def delete(self, response_id: str, owner: str) -> bool:
+        """Whether it existed (and was the owner's)."""
+
+    async def finish(self, stored: StoredResponse) -> bool:
+        """Replace only while the stored one is still ACTIVE (one cancelled meanwhile stays cancelled)."""
+
+    async def cancel(self, response_id: str, owner: str, response: dict[str, Any]) -> StoredResponse | None:
+        """If ACTIVE: status "cancelled" with ``response``; otherwise the record unchanged; ``None`` if absent."""
+
+    async def close(self) -> None: ...
+
+
+def owner_of(api_key: str | None) -> str:
+    """A digest rather than the key: the file then holds no secret. "" when the server has no keys."""
+    return "" if api_key is None else hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def _dumps(value: object) -> str:
+    # ASCII escapes: a lone surrogate from a client cannot make the UTF-8 encoding fail.
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _row_to_stored(row: sqlite3.Row) -> StoredResponse:
+    return StoredResponse(
+        id=row["id"],
+        owner=row["owner"],
+        created_at=row["created_at"],
+        status=row["status"],
+        response=json.loads(row["response"]),
+        input_items=json.loads(row["input_items"]),
+    )
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on an exception.
+
+    IMMEDIATE takes the write lock up front, where the busy timeout applies; a deferred transaction that reads
+    and then writes can fail at once with SQLITE_BUSY when another process wrote in between (WAL snapshots).
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self._conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+class SQLiteResponseStore:
+    """One connection, used by one thread at a time (the lock) off the event loop (``asyncio.to_thread``)."""
+
+    def __init__(self, path: Path, *, ttl_s: float, max_bytes: int) -> None:
+        self._ttl_s = ttl_s
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: no implicit transactions; writes open their own with BEGIN IMMEDIATE.
+        self._conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        try:
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            # WAL: readers and the one writer don't block each other across processes; NORMAL is durable
+            # against process crashes (only a power loss can drop the last commits), which is enough here.
+            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode != "wal":
+                raise RuntimeError(f"{path}: SQLite cannot use WAL journal mode here (got {mode!r})")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._migrate(path)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _migrate(self, path: Path) -> None:
+        with self._transaction():
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(f"{path}: response store schema {version} is newer than this server's")
+            if version == 0:
+                # executescript would commit the open transaction; the statements run one by one instead.
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._conn.execute(statement)
+                self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            # Later versions: ALTER TABLE steps from `version` up to SCHEMA_VERSION go here.
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._conn)
+
+    async def _run(self, work: Callable[[], _T]) -> _T:
+        def locked() -> _T:
+            with self._lock:
+                return work()
+
+        return await asyncio.to_thread(locked)
+
+    # The blocking parts, called with the lock held.
+
+    def _select(self, response_id: str, owner: str, now: float) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self._conn.execute(
+            "SELECT * FROM responses WHERE id = ? AND owner = ? AND expires_at > ?", (response_id, owner, now)
+        ).fetchone()
+        return row
+
+    def _write(self, stored: StoredResponse, now: float) -> None:
+        """Prune, evict the oldest until it fits, then upsert. Inside a transaction."""
+        response, input_items = _dumps(stored.response), _dumps(stored.input_items)
+        size = len(response) + len(input_items)  # ASCII only (_dumps), so characters are bytes
+        if size > self._max_bytes:
+            raise ValueError(f"the response and its input take {size} bytes, more than the store's {self._max_bytes}")
+        pruned = self._conn.execute("DELETE FROM responses WHERE expires_at <= ?", (now,)).rowcount
+        if pruned:
+            logger.debug("pruned %d expired responses", pruned)
+        # The record it replaces doesn't count: its bytes go away with the upsert.
+        (used,) = self._conn.execute(
+            "SELECT COALESCE(SUM(size), 0) FROM responses WHERE id != ?", (stored.id,)
+        ).fetchone()
+        if used + size > self._max_bytes:
+            evicted = []
+            rows = self._conn.execute(
+                "SELECT seq, size FROM responses WHERE id != ? ORDER BY created_at, seq", (stored.id,)
+            )
+            for seq, row_size in rows:
+                if used + size <= self._max_bytes:
+                    break
+                evicted.append((seq,))
+                used -= row_size
+            self._conn.executemany("DELETE FROM responses WHERE seq = ?", evicted)
+            logger.info("evicted the %d oldest stored responses to stay within %d bytes", len(evicted), self._max_bytes)
+        # A replace keeps the first write's expiry and position: a background response finishing late
+        # does not live longer, nor become the newest.
+        self._conn.execute(
+            """INSERT INTO responses (id, owner, created_at, expires_at, status, size, response, input_items)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, created_at = excluded.created_at,
+                status = excluded.status, size = excluded.size, response = excluded.response,
+                input_items = excluded.input_items""",
+            (stored.id, stored.owner, stored.created_at, now + self._ttl_s, stored.status, size, response, input_items),
+        )
+
+    def _put(self, stored: StoredResponse) -> None:
+        with self._transaction():
+            self._write(stored, time.time())
+
+    def _get(self, response_id: str, owner: str) -> StoredResponse | None:
+        row = self._select(response_id, owner, time.time())
+        return None if row is None else _row_to_stored(row)
+
+    def _delete(self, response_id: str, owner: str) -> bool:
+        with self._transaction():
+            cursor = self._conn.execute(
+                "DELETE FROM responses WHERE id = ? AND owner = ? AND expires_at > ?", (response_id, owner, time.time())
+            )
+            return cursor.rowcount > 0
+
+    def _finish(self, stored: StoredResponse) -> bool:
+        # Check and write in one IMMEDIATE transaction: a cancel from another process cannot slip in between.
+        with self._transaction():
+            now = time.time()
+            row = self._select(stored.id, stored.owner, now)
+            if row is None or row["status"] not in ACTIVE:
+                return False
+            self._write(stored, now)
+            return True
+
+    def _cancel(self, response_id: str, owner: str, response: dict[str, Any]) -> StoredResponse | None:
+        with self._transaction():
+            now = time.time()
+            row = self._select(response_id, owner, now)
+            if row is None:
+                return None
+            current = _row_to_stored(row)
+            if current.status not in ACTIVE:
+                return current
+            cancelled = replace(current, status="cancelled", response=response)
+            self._write(cancelled, now)
+            return cancelled
+
+    def _close(self) -> None:
+        self._conn.close()
+
+    # The public interface.
+
+    async def put(self, stored: StoredResponse) -> None:
+        await self._run(lambda: self._put(stored))
+
+    async def get(self, response_id: str, owner: str) -> StoredResponse | None:
+        return await self._run(lambda: self._get(response_id, owner))
+
+    async def delete(self, response_id: str, owner: str) -> bool:
+        return await self._run(lambda: self._delete(response_id, owner))
+
+    async def finish(self, stored: StoredResponse) -> bool:
+        return await self._run(lambda: self._finish(stored))
+
+    async def cancel(self, response_id: str, owner: str, response: dict[str, Any]) -> StoredResponse | None:
+        return await self._run(lambda: self._cancel(response_id, owner, response))
+
+    async def close(self) -> None:
+        await self._run(self._close)

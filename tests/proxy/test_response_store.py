@@ -1,0 +1,255 @@
+"""The Responses API's store: stored responses in one SQLite file, shared by the proxy's processes on one host."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.responses.store import ResponseStore, SQLiteResponseStore, StoredResponse, owner_of
+
+ALICE = owner_of("alice-key")
+BOB = owner_of("bob-key")
+
+
+def record(
+    response_id: str = "resp_1",
+    *,
+    owner: str = ALICE,
+    created_at: int = 1_700_000_000,
+    status: str = "completed",
+    text: str = "hello",
+) -> StoredResponse:
+    response: dict[str, Any] = {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}],
+    }
+    return StoredResponse(
+        id=response_id,
+        owner=owner,
+        created_at=created_at,
+        status=status,
+        response=response,
+        input_items=[{"type": "message", "role": "user", "content": "Say hello, ünïcode ✓"}],
+    )
+
+
+def open_store(path: Path, *, ttl_s: float = 3600.0, max_bytes: int = 1_000_000) -> ResponseStore:
+    return SQLiteResponseStore(path, ttl_s=ttl_s, max_bytes=max_bytes)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "nested" / "responses.db"  # parent folders that don't exist yet
+
+
+@pytest.fixture
+async def store(db_path: Path) -> AsyncIterator[ResponseStore]:
+    store = open_store(db_path)
+    yield store
+    await store.close()
+
+
+def test_owner_of_is_a_digest_of_the_key_and_empty_without_keys() -> None:
+    assert owner_of(None) == ""
+    assert owner_of("alice-key") == hashlib.sha256(b"alice-key").hexdigest()
+    assert owner_of("alice-key") != owner_of("bob-key")
+
+
+async def test_round_trip(store: ResponseStore) -> None:
+    stored = record()
+    await store.put(stored)
+    assert await store.get("resp_1", ALICE) == stored
+    assert await store.get("resp_absent", ALICE) is None
+
+
+async def test_put_replaces_the_record_with_the_same_id(store: ResponseStore) -> None:
+    await store.put(record(status="in_progress", text=""))
+    await store.put(record(status="completed", text="done"))
+    got = await store.get("resp_1", ALICE)
+    assert got == record(status="completed", text="done")
+
+
+async def test_another_owner_cannot_read_delete_or_cancel(store: ResponseStore) -> None:
+    stored = record(status="in_progress")
+    await store.put(stored)
+    assert await store.get("resp_1", BOB) is None
+    assert await store.get("resp_1", "") is None  # nor a server without keys reading a keyed record
+    assert await store.delete("resp_1", BOB) is False
+    assert await store.cancel("resp_1", BOB, {"status": "cancelled"}) is None
+    assert await store.get("resp_1", ALICE) == stored
+
+
+async def test_delete(store: ResponseStore) -> None:
+    await store.put(record("resp_1"))
+    await store.put(record("resp_2"))
+    assert await store.delete("resp_1", ALICE) is True
+    assert await store.get("resp_1", ALICE) is None
+    assert await store.delete("resp_1", ALICE) is False
+    assert await store.get("resp_2", ALICE) == record("resp_2")
+
+
+async def test_records_expire_after_the_ttl(db_path: Path) -> None:
+    store = open_store(db_path, ttl_s=0.3)  # long enough for a loaded machine to read it back in time
+    try:
+        await store.put(record("resp_1", status="in_progress"))
+        assert await store.get("resp_1", ALICE) is not None
+        await asyncio.sleep(0.35)
+        assert await store.get("resp_1", ALICE) is None
+        assert await store.delete("resp_1", ALICE) is False
+        assert await store.cancel("resp_1", ALICE, {"status": "cancelled"}) is None
+        assert await store.finish(record("resp_1")) is False
+        await store.put(record("resp_2"))  # prunes the expired one; the new one lives its own ttl
+        assert await store.get("resp_2", ALICE) == record("resp_2")
+    finally:
+        await store.close()
+
+
+def size_of(stored: StoredResponse) -> int:
+    """What the store counts: the compact JSON of the response and of the input."""
+    return sum(len(json.dumps(part, separators=(",", ":"))) for part in (stored.response, stored.input_items))
+
+
+async def test_the_oldest_records_are_evicted_to_stay_within_max_bytes(db_path: Path) -> None:
+    a = record("resp_a", created_at=100, text="a" * 300)
+    b = record("resp_b", created_at=200, text="b" * 300)
+    c = record("resp_c", created_at=300, text="c" * 300)
+    store = open_store(db_path, max_bytes=2 * size_of(a) + 10)  # room for two
+    try:
+        # Put out of order: the oldest by created_at goes first, not the first put.
+        await store.put(b)
+        await store.put(a)
+        await store.put(c)
+        assert await store.get("resp_a", ALICE) is None
+        assert await store.get("resp_b", ALICE) == b
+        assert await store.get("resp_c", ALICE) == c
+        # Equal created_at: the first inserted goes first.
+        d = record("resp_d", created_at=300, text="d" * 300)
+        await store.put(d)
+        assert await store.get("resp_b", ALICE) is None
+        assert await store.get("resp_c", ALICE) == c
+        e = record("resp_e", created_at=400, text="e" * 300)
+        await store.put(e)
+        assert await store.get("resp_c", ALICE) is None
+        assert await store.get("resp_d", ALICE) == d
+        assert await store.get("resp_e", ALICE) == e
+    finally:
+        await store.close()
+
+
+async def test_replacing_a_record_does_not_evict_others_for_its_own_old_bytes(db_path: Path) -> None:
+    a = record("resp_a", created_at=100, text="a" * 300)
+    b = record("resp_b", created_at=200, status="in_progress", text="b" * 300)
+    store = open_store(db_path, max_bytes=2 * size_of(a) + 10)
+    try:
+        await store.put(a)
+        await store.put(b)
+        await store.put(record("resp_b", created_at=200, text="B" * 300))  # same size, replaces b
+        assert await store.get("resp_a", ALICE) == a
+    finally:
+        await store.close()
+
+
+async def test_a_record_larger_than_max_bytes_is_refused(db_path: Path) -> None:
+    small = record("resp_small")
+    big = record("resp_big", text="x" * 2000)
+    store = open_store(db_path, max_bytes=1000)
+    try:
+        await store.put(small)
+        with pytest.raises(ValueError, match=rf"{size_of(big)} bytes, more than the store's 1000"):
+            await store.put(big)
+        assert await store.get("resp_big", ALICE) is None
+        assert await store.get("resp_small", ALICE) == small  # nothing evicted for a refused record
+    finally:
+        await store.close()
+
+
+async def test_finish_replaces_an_in_progress_record(store: ResponseStore) -> None:
+    await store.put(record(status="in_progress", text=""))
+    done = record(status="completed", text="done")
+    assert await store.finish(done) is True
+    assert await store.get("resp_1", ALICE) == done
+
+
+async def test_finish_does_not_overwrite_a_cancelled_or_finished_record(store: ResponseStore) -> None:
+    await store.put(record("resp_1", status="queued"))
+    cancelled = await store.cancel("resp_1", ALICE, {"id": "resp_1", "status": "cancelled"})
+    assert cancelled is not None
+    assert await store.finish(record("resp_1", status="completed")) is False
+    assert await store.get("resp_1", ALICE) == cancelled
+
+    await store.put(record("resp_2", status="failed"))
+    assert await store.finish(record("resp_2", status="completed")) is False
+    assert await store.get("resp_2", ALICE) == record("resp_2", status="failed")
+
+    assert await store.finish(record("resp_absent")) is False
+    assert await store.get("resp_absent", ALICE) is None
+
+
+async def test_cancel_an_active_record(store: ResponseStore) -> None:
+    await store.put(record(status="in_progress", text="partial"))
+    response = {"id": "resp_1", "object": "response", "status": "cancelled", "output": []}
+    cancelled = await store.cancel("resp_1", ALICE, response)
+    assert cancelled is not None
+    assert cancelled.status == "cancelled"
+    assert cancelled.response == response
+    assert cancelled.input_items == record().input_items
+    assert await store.get("resp_1", ALICE) == cancelled
+
+
+async def test_cancel_a_finished_record_leaves_it_unchanged(store: ResponseStore) -> None:
+    done = record(status="completed")
+    await store.put(done)
+    assert await store.cancel("resp_1", ALICE, {"status": "cancelled"}) == done
+    assert await store.get("resp_1", ALICE) == done
+
+
+async def test_records_survive_a_restart(db_path: Path) -> None:
+    first = open_store(db_path)
+    await first.put(record("resp_1"))
+    await first.close()
+    second = open_store(db_path)
+    try:
+        assert await second.get("resp_1", ALICE) == record("resp_1")
+    finally:
+        await second.close()
+
+
+async def test_two_stores_on_one_file_see_each_others_writes(db_path: Path) -> None:
+    """Like two proxy worker processes: one runs a background response, the other cancels it."""
+    worker_a, worker_b = open_store(db_path), open_store(db_path)
+    try:
+        await worker_a.put(record("resp_1", status="queued"))
+        assert await worker_b.get("resp_1", ALICE) == record("resp_1", status="queued")
+        cancelled = await worker_b.cancel("resp_1", ALICE, {"id": "resp_1", "status": "cancelled"})
+        assert cancelled is not None
+        assert await worker_a.finish(record("resp_1", status="completed")) is False
+        assert await worker_a.get("resp_1", ALICE) == cancelled
+
+        # Writes from both at once wait for each other (the busy timeout) instead of failing.
+        await asyncio.gather(
+            *(worker.put(record(f"resp_{i}_{n}")) for n, worker in enumerate((worker_a, worker_b)) for i in range(20))
+        )
+        for n in range(2):
+            for i in range(20):
+                assert await worker_a.get(f"resp_{i}_{n}", ALICE) is not None
+    finally:
+        await worker_a.close()
+        await worker_b.close()
+
+
+async def test_the_file_is_in_wal_mode_with_a_schema_version(store: ResponseStore, db_path: Path) -> None:
+    await store.put(record())
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] >= 1
