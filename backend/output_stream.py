@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from backend.detokenizer import Decoder, IncrementalDetokenizer
 from backend.requests import EngineRequest, ResponseSink
 from backend.stop_strings import StopStringFilter
+from llgtriton.reasoning import ReasoningSplitter
 from llgtriton.wire import FinishReason, GenerationOutput, PromptLogprobs, TokenLogprob
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class OutputStream:
     text: list[str] = field(default_factory=list)  # emitted text, kept for non-streaming responses
     logprobs: list[TokenLogprob] = field(default_factory=list)  # of tokens not sent yet
     prompt_logprobs: PromptLogprobs | None = None  # not sent yet: they go with the first response
+    reasoning_tokens: int = 0  # of the generated tokens, those of the thinking
+    thinking: ReasoningSplitter | None = None  # follows the thinking, for a request whose output thinks
 
     @staticmethod
     def parts(request: EngineRequest, decoder: Decoder) -> tuple[IncrementalDetokenizer, StopStringFilter]:
@@ -73,6 +76,7 @@ class OutputStream:
             completion_tokens=len(self.generated),
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
+            reasoning_tokens=self.reasoning_tokens,
         )
 
     def push(self, token: int, eos: Collection[int], max_model_len: int) -> GenerationOutput | None:
@@ -80,7 +84,9 @@ class OutputStream:
         self.generated.append(token)
         if token in eos:
             return self.final(FinishReason.STOP, self.drain())
-        text, stopped = self.stop_filter.push(self.detokenizer.push(token))
+        piece = self.detokenizer.push(token)
+        self._count_thinking(piece)
+        text, stopped = self.stop_filter.push(piece)
         if stopped:
             return self.final(FinishReason.STOP, text)
         if len(self.generated) >= self.request.max_tokens or self.context_full(max_model_len):
@@ -90,6 +96,17 @@ class OutputStream:
             if self.request.stream:
                 deliver(self.sink, self.output(text), final=False)
         return None
+
+    def _count_thinking(self, text: str) -> None:
+        """Every token up to the one that completes the thinking's end tag is the thinking's."""
+        if self.request.reasoning is None:
+            return
+        if self.thinking is None:
+            self.thinking = ReasoningSplitter(self.request.reasoning)
+        was_thinking = self.thinking.thinking
+        self.thinking.feed(text)
+        if was_thinking or self.thinking.thinking:
+            self.reasoning_tokens = len(self.generated)
 
     def context_full(self, max_model_len: int) -> bool:
         return len(self.request.prompt_ids) + len(self.generated) >= max_model_len

@@ -7,6 +7,7 @@ from typing import Protocol
 
 import torch
 
+from llgtriton.reasoning import ReasoningFormat
 from llgtriton.wire import GenerationOutput
 
 
@@ -60,6 +61,7 @@ class EngineRequest:
     logprobs: int | None = None  # report logprobs with this many alternatives (None: do not)
     prompt_logprobs: int | None = None  # score the prompt's tokens, with this many alternatives (None: do not)
     kept_tokens: frozenset[int] = frozenset()  # special tokens written into the text (tool-call tags)
+    reasoning: ReasoningFormat | None = None  # how the output marks its thinking, when it thinks
 
 
 class ResponseSink(Protocol):

@@ -269,6 +269,7 @@ class GenerationService:
             logprobs=request.top_logprobs if request.logprobs else None,
             prompt_logprobs=request.top_logprobs if request.prompt_logprobs else None,
             kept_tokens=self._kept_tokens(request),
+            reasoning=self.reasoning(request),
         )
 
     def _kept_tokens(self, request: GenerationRequest) -> frozenset[int]:

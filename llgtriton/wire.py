@@ -68,6 +68,7 @@ TEXT_OUTPUT = "text_output"
 FINISH_REASON = "finish_reason"
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
+NUM_REASONING_TOKENS = "num_reasoning_tokens"  # of the output tokens, those the model thought in
 TOKEN_LOGPROBS = "token_logprobs"  # JSON list, one entry per token of this response ("" when not asked)
 PROMPT_LOGPROBS = "prompt_logprobs"  # JSON object, on a request's first response ("" otherwise)
 TOOL_CALL_FORMAT = "tool_call_format"  # the family calls are written in, on the first response of a request with tools
@@ -101,6 +102,7 @@ OUTPUT_TYPES: dict[str, str] = {
     FINISH_REASON: "STRING",
     NUM_INPUT_TOKENS: "INT32",
     NUM_OUTPUT_TOKENS: "INT32",
+    NUM_REASONING_TOKENS: "INT32",
     TOKEN_LOGPROBS: "STRING",
     PROMPT_LOGPROBS: "STRING",
     TOOL_CALL_FORMAT: "STRING",
@@ -238,6 +240,7 @@ class GenerationOutput:
     prompt_logprobs: PromptLogprobs | None = None  # on the first response, when the request asked
     tool_call_format: str = ""  # on the first response of a request with tools (tool_formats.FORMATS)
     reasoning_format: str = ""  # on the first response of an output that thinks (reasoning.REASONING_FORMATS)
+    reasoning_tokens: int = 0  # of completion_tokens, those of the thinking (a reasoning model's)
 
 
 # Encoding -----------------------------------------------------------------------------------
@@ -355,6 +358,7 @@ def encode_output(output: GenerationOutput) -> dict[str, Array]:
         FINISH_REASON: _scalar(FINISH_REASON, reason),
         NUM_INPUT_TOKENS: _scalar(NUM_INPUT_TOKENS, output.prompt_tokens),
         NUM_OUTPUT_TOKENS: _scalar(NUM_OUTPUT_TOKENS, output.completion_tokens),
+        NUM_REASONING_TOKENS: _scalar(NUM_REASONING_TOKENS, output.reasoning_tokens),
         TOKEN_LOGPROBS: _scalar(TOKEN_LOGPROBS, _logprobs_json(output.logprobs)),
         PROMPT_LOGPROBS: _scalar(PROMPT_LOGPROBS, _prompt_logprobs_json(output.prompt_logprobs)),
         TOOL_CALL_FORMAT: _scalar(TOOL_CALL_FORMAT, output.tool_call_format),
@@ -548,6 +552,7 @@ def decode_output_values(values: ValuesGetter) -> GenerationOutput:
         finish_reason=FinishReason(reason) if reason else None,
         prompt_tokens=int(prompt_tokens or 0),  # type: ignore[call-overload]
         completion_tokens=int(completion_tokens or 0),  # type: ignore[call-overload]
+        reasoning_tokens=int(_single(values, NUM_REASONING_TOKENS) or 0),  # type: ignore[call-overload]
         logprobs=_logprobs_from_json(_text(_single(values, TOKEN_LOGPROBS) or b"", TOKEN_LOGPROBS)),
         prompt_logprobs=_prompt_logprobs_from_json(_text(_single(values, PROMPT_LOGPROBS) or b"", PROMPT_LOGPROBS)),
         tool_call_format=_text(_single(values, TOOL_CALL_FORMAT) or b"", TOOL_CALL_FORMAT),

@@ -290,17 +290,25 @@ def now() -> int:
 FinishReasonName = Literal["stop", "length", "tool_calls", "function_call"]
 
 
+class CompletionTokensDetails(ResponseBody):
+    reasoning_tokens: int
+
+
 class Usage(ResponseBody):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    # Of the completion tokens, the thinking's (given for an output that thought, as OpenAI gives it).
+    completion_tokens_details: CompletionTokensDetails | None = Field(None, exclude_if=lambda value: value is None)
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int) -> Usage:
+    def of(cls, prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> Usage:
+        details = CompletionTokensDetails(reasoning_tokens=reasoning_tokens) if reasoning_tokens else None
         return cls(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
+            completion_tokens_details=details,
         )
 
 

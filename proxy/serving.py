@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from llgtriton import wire
+from llgtriton.reasoning import ReasoningSplitter, Split, split_reasoning
 from llgtriton.tool_formats import FORMATS, ToolCallFormat
 from proxy.errors import InternalError
 from proxy.logprobs import chat_logprobs, completion_logprobs
@@ -34,7 +35,7 @@ from proxy.protocol import (
     new_id,
     now,
 )
-from proxy.reasoning import ReasoningSplitter, Split, reasoning_format, split_reasoning
+from proxy.reasoning import reasoning_format
 from proxy.tool_calls import ToolCallStream, read_answer
 from proxy.tools import ToolPlan
 from proxy.translate import chat_generation, completion_generation
@@ -165,7 +166,8 @@ def _request_id(completion_id: str, index: int, n: int) -> str:
 
 def _usage_of(lasts: Sequence[wire.GenerationOutput]) -> Usage:
     """One prompt, every choice's completion tokens."""
-    return Usage.of(lasts[0].prompt_tokens, sum(last.completion_tokens for last in lasts))
+    completion = sum(last.completion_tokens for last in lasts)
+    return Usage.of(lasts[0].prompt_tokens, completion, sum(last.reasoning_tokens for last in lasts))
 
 
 def _finish(reason: wire.FinishReason, plan: ToolPlan | None, called: bool) -> FinishReasonName:

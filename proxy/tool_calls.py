@@ -17,10 +17,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llgtriton.tags import partial_tag
 from llgtriton.tool_formats import FORMATS, ToolCallFormat
 from llgtriton.tools import ToolMode
 from proxy.protocol import ChatDelta, FunctionCallDelta, ToolCallDelta
-from proxy.tags import partial_tag
 from proxy.tools import ToolPlan
 
 # How the call grammar writes a call (llguidance keeps the schema's property order): the name, then

@@ -24,6 +24,7 @@ from proxy.responses.protocol import (
     OutputMessage,
     OutputReasoning,
     OutputTextPart,
+    OutputTokensDetails,
     ReasoningTextPart,
     Response,
     ResponseError,
@@ -46,9 +47,11 @@ class ResponseEvent(BaseModel):
 def usage(chat_usage: Usage | None) -> ResponseUsage | None:
     if chat_usage is None:
         return None
+    details = chat_usage.completion_tokens_details
     return ResponseUsage(
         input_tokens=chat_usage.prompt_tokens,
         output_tokens=chat_usage.completion_tokens,
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=details.reasoning_tokens if details else 0),
         total_tokens=chat_usage.total_tokens,
     )
 

@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llgtriton import wire
-from llgtriton.reasoning import REASONING_FORMATS
-from proxy.reasoning import ReasoningSplitter, Split, split_reasoning
+from llgtriton.reasoning import REASONING_FORMATS, ReasoningSplitter, Split, split_reasoning
 from tests.proxy.scripted import ScriptedClient, chat_body, sse_events
 
 CHAT = "/v1/chat/completions"

@@ -426,3 +426,14 @@ async def test_a_stored_conversation_survives_a_restart(client: ScriptedClient, 
         ("assistant", "Hello world"),
         ("user", "What is my name?"),
     ]
+
+
+async def test_the_thinking_tokens_are_reported_in_the_usage(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
+    outputs = said("Hmm", "</think>Paris", reasoning_format="deepseek_r1")
+    outputs[-1] = wire.GenerationOutput(**{**outputs[-1].__dict__, "reasoning_tokens": 2})
+    client.script(outputs)
+    response = await sdk.responses.create(model=MODEL, input="x")
+    assert response.usage is not None and response.usage.output_tokens_details.reasoning_tokens == 2
+    chat = await sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
+    assert chat.usage is not None and chat.usage.completion_tokens_details is not None
+    assert chat.usage.completion_tokens_details.reasoning_tokens == 2

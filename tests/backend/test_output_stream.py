@@ -1,0 +1,57 @@
+"""OutputStream: one request's tokens to responses; here, the count of a reasoning model's thinking tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from backend.output_stream import OutputStream
+from backend.requests import EngineRequest, SamplingParams
+from bench.harness import RecordingSink
+from llgtriton.reasoning import REASONING_FORMATS
+from llgtriton.wire import FinishReason, GenerationOutput
+
+
+def generate(tokenizer: Any, text: str, reasoning: str | None, max_tokens: int = 100) -> tuple[GenerationOutput, int]:
+    """Push ``text``'s tokens then EOS (unless max_tokens comes first): the final response, and the tokens pushed."""
+    tokens = tokenizer.encode(text, add_special_tokens=False)
+    request = EngineRequest(
+        "r",
+        prompt_ids=(1,),
+        max_tokens=max_tokens,
+        sampling=SamplingParams(),
+        reasoning=REASONING_FORMATS[reasoning] if reasoning else None,
+    )
+    stream = OutputStream(request, RecordingSink(), *OutputStream.parts(request, tokenizer))
+    eos = tokenizer.eos_token_id
+    for token in [*tokens, eos]:
+        final = stream.push(token, {eos}, max_model_len=1000)
+        if final is not None:
+            return final, len(tokens)
+    raise AssertionError("the stream did not end")
+
+
+def tokens_through(tokenizer: Any, text: str, end: str) -> int:
+    """How many of ``text``'s tokens it takes to have written ``end``."""
+    tokens = tokenizer.encode(text, add_special_tokens=False)
+    return next(n for n in range(1, len(tokens) + 1) if end in tokenizer.decode(tokens[:n]))
+
+
+@pytest.mark.parametrize("reasoning", ["deepseek_r1", "qwen3"])
+def test_the_thinking_tokens_are_those_up_to_its_end_tag(tokenizer: Any, reasoning: str) -> None:
+    text = ("<think>" if reasoning == "qwen3" else "") + "Paris is in France, so</think>\n\nParis."
+    final, total = generate(tokenizer, text, reasoning)
+    assert final.reasoning_tokens == tokens_through(tokenizer, text, "</think>")
+    assert 0 < final.reasoning_tokens < total == final.completion_tokens - 1  # (the EOS counts as generated)
+
+
+def test_an_answer_without_thinking_has_none(tokenizer: Any) -> None:
+    assert generate(tokenizer, "Paris.", "qwen3")[0].reasoning_tokens == 0
+    assert generate(tokenizer, "<think>x</think>Paris.", None)[0].reasoning_tokens == 0  # no reasoning format
+
+
+def test_thinking_cut_short_is_all_thinking(tokenizer: Any) -> None:
+    final, _ = generate(tokenizer, "Let me think about it at length", "deepseek_r1", max_tokens=4)
+    assert final.finish_reason is FinishReason.LENGTH
+    assert final.reasoning_tokens == final.completion_tokens == 4
