@@ -68,12 +68,22 @@ def _with_graphs(engine: SlotEngine) -> SlotEngine:
     return engine
 
 
+def uses_core_process(settings: EngineSettings) -> bool:
+    if settings.core_process == "auto":
+        return settings.device.startswith("cuda") and settings.engine != "synthetic"
+    return settings.core_process == "on"
+
+
 def response_pump(settings: EngineSettings) -> ResponsePump | None:
     return ResponsePump() if settings.coalesce_responses else None
 
 
 def start_service(settings: EngineSettings) -> Service:
-    """The service for ``settings.engine``."""
+    """The service for ``settings.engine``: in this process, or in an engine process of its own."""
+    if uses_core_process(settings):
+        from backend.core_process import CoreProcess
+
+        return CoreProcess(settings, response_pump(settings))
     if settings.engine == "synthetic":
         return SyntheticService(settings)
     if settings.engine == "trtllm":

@@ -41,6 +41,14 @@ class StepTotals:
     constrained_rows: int = 0
     mask_seconds: float = 0.0  # host time in the logits post-processor (wait for masks, apply them)
 
+    def __add__(self, other: StepTotals) -> StepTotals:
+        return StepTotals(
+            self.steps + other.steps,
+            self.rows + other.rows,
+            self.constrained_rows + other.constrained_rows,
+            self.mask_seconds + other.mask_seconds,
+        )
+
 
 class StepCounters:
     """Running totals of the step loop; any thread may read a consistent snapshot."""
@@ -62,6 +70,11 @@ class StepCounters:
     def totals(self) -> StepTotals:
         with self._lock:
             return self._totals
+
+    def set_totals(self, totals: StepTotals) -> None:
+        """Take another process's totals (the engine's, when it runs in a process of its own)."""
+        with self._lock:
+            self._totals = totals
 
 
 class MetricsPublisher:

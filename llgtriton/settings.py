@@ -217,6 +217,12 @@ class EngineSettings(_Section):
         "by a column per step (any model, least memory); 'auto': slots on CUDA when the model allows and the "
         "cache fits in nine tenths of the free GPU memory, else growing.",
     )
+    core_process: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Run the engine's step loop in a process of its own, apart from Triton's python stub, "
+        "which keeps only taking requests and sending responses (one GIL less to share). 'auto': on with "
+        "CUDA, off on CPU.",
+    )
     coalesce_responses: bool = Field(
         True,
         description="Send responses from a thread of their own, a request's pending tokens joined into one "

@@ -1,8 +1,11 @@
-"""Faults under a running ``llgtriton serve``: tritonserver dies, the model's stub dies.
+"""Faults under a running ``llgtriton serve``: tritonserver dies, the model's stub dies, the engine's
+own process dies.
 
-Both times the proxy keeps running: it answers 503 (``/ready`` and generation) while Triton is
-restarted, requests in flight end with an error instead of hanging, and it serves again once
-the model is back, with no restart of the proxy.
+Each time the proxy keeps running: it answers 503 (``/ready`` and generation) while Triton (or the
+engine process) is restarted, requests in flight end with an error instead of hanging, and it
+serves again once the model is back, with no restart of the proxy. The server runs its engine in a
+process of its own (``--engine-core-process on``, the default with CUDA), so that process's
+faults are covered too.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ RECOVERY_TIMEOUT_S = 180.0
 
 @pytest.fixture(scope="module")
 def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(tmp_path_factory.mktemp("faults") / "serve.log")
+    running = start_server(tmp_path_factory.mktemp("faults") / "serve.log", "--engine-core-process=on")
     yield running
     stop_server(running)
 
@@ -42,6 +45,11 @@ def _tritonserver(server: RunningServer) -> int:
 
 def _stubs(server: RunningServer) -> list[int]:
     return live_children(_tritonserver(server), STUB_NAME)
+
+
+def _cores(server: RunningServer) -> list[int]:
+    """The engine processes: one child of each stub."""
+    return [pid for stub in _stubs(server) for pid in live_children(stub, "spawn_main")]
 
 
 def _running(pid: int) -> bool:
@@ -129,7 +137,8 @@ def test_stub_crash_ends_requests_in_flight_with_an_error_then_serves_again(
     request.addfinalizer(client.close)  # (its stream is cut when the stub dies: closed here, not by the GC)
     assert first_chunk.wait(60)
     old_stubs = _stubs(own_server)
-    assert old_stubs
+    old_cores = _cores(own_server)
+    assert old_stubs and old_cores
     killed = time.monotonic()
     for pid in old_stubs:
         os.kill(pid, signal.SIGKILL)
@@ -142,7 +151,30 @@ def test_stub_crash_ends_requests_in_flight_with_an_error_then_serves_again(
 
     _wait_until_serving(own_server)
     assert not set(_stubs(own_server)) & set(old_stubs)
+    assert not [pid for pid in old_cores if _running(pid)], "the dead stub's engine process still runs"
     assert "python backend stub" in own_server.log.read_text()
+
+
+def test_a_dead_engine_process_ends_its_requests_and_is_replaced_by_its_stub(own_server: RunningServer) -> None:
+    """The stub starts another engine process; Triton and the stub carry on."""
+    stubs, (core,) = _stubs(own_server), _cores(own_server)
+    with openai.OpenAI(base_url=own_server.openai_base_url, api_key="unused", max_retries=0, timeout=120) as client:
+        stream = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me a very long story."}],
+            max_tokens=500,
+            stream=True,
+        )
+        chunks = iter(stream)
+        next(chunks)
+        os.kill(core, signal.SIGKILL)
+        with pytest.raises(openai.APIError, match="engine process exited"):
+            for _ in chunks:
+                pass
+    _wait_until_serving(own_server)
+    assert _stubs(own_server) == stubs
+    assert _cores(own_server) and core not in _cores(own_server)
+    assert "the engine process exited (code -9); restarting it" in own_server.log.read_text()
 
 
 def _proxy_workers(server: RunningServer) -> list[int]:

@@ -1,0 +1,389 @@
+"""The engine in a process of its own: Triton's python stub only takes requests in and sends responses out.
+
+In the stub, the step loop shares one GIL with the stub's own threads and with the thread that
+sends responses (each send a round trip to the server); its steps ran slower there than in a
+plain process (docs/benchmarks.md). Here the step loop runs in a child process, the *core*,
+which has no other work; the stub keeps what needs Triton: the response senders, the response
+pump and the cancellation checks.
+
+Between them, one pipe of pickled messages. Requests go down one by one; the core's replies go up
+in batches, one ``send`` per batch, so a step's outputs cost one message. A cancellation seen by the
+stub goes down as a message; the core's sinks read a flag at the next step. The core reports its
+load and step totals twice a second for the metrics.
+
+When the core dies, every request in flight ends with an error and a new core starts; when the
+stub dies, the core sees its pipe close and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from backend.errors import BackendError, InvalidRequest, Unavailable, Unsupported
+from backend.requests import ResponseSink
+from backend.response_pump import ResponsePump
+from backend.service import Service
+from backend.telemetry import StepCounters, StepTotals
+from llgtriton.settings import EngineSettings
+from llgtriton.wire import ErrorKind, GenerationOutput, GenerationRequest
+
+logger = logging.getLogger(__name__)
+
+STATUS_INTERVAL_S = 0.5
+CANCEL_POLL_S = 0.005  # how often the stub looks for cancelled requests to tell the core about
+START_TIMEOUT_S = 1800.0  # loading a model (and capturing its CUDA graphs) may take long
+STOP_TIMEOUT_S = 30.0
+
+_ERRORS: dict[ErrorKind, type[BackendError]] = {
+    ErrorKind.INVALID_ARGUMENT: InvalidRequest,
+    ErrorKind.UNSUPPORTED: Unsupported,
+    ErrorKind.UNAVAILABLE: Unavailable,
+}
+
+
+# Messages -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submit:
+    key: int
+    request_id: str
+    request: GenerationRequest
+
+
+@dataclass(frozen=True)
+class Cancel:
+    key: int
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An output for request ``key`` (``final``: its last), or its failure as (kind, message)."""
+
+    key: int
+    output: GenerationOutput | None = None
+    final: bool = False
+    error: tuple[ErrorKind, str] | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    running: int
+    waiting: int
+    totals: StepTotals
+
+
+@dataclass(frozen=True)
+class Ready:
+    pid: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The core could not start."""
+
+    message: str
+
+
+def _error_of(kind: ErrorKind, message: str) -> BackendError:
+    return _ERRORS.get(kind, BackendError)(message)
+
+
+def _kind_of(error: Exception) -> ErrorKind:
+    return error.code if isinstance(error, BackendError) else ErrorKind.INTERNAL
+
+
+# The core (child process) -------------------------------------------------------------------
+
+
+class _Outgoing:
+    """Replies queued by the step loop's sinks, sent up in batches by a thread of their own."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._changed = threading.Condition()
+        self._replies: list[Reply | Status] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="llgtriton-core-replies", daemon=True)
+        self._thread.start()
+
+    def put(self, item: Reply | Status) -> None:
+        with self._changed:
+            self._replies.append(item)
+            self._changed.notify()
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        self._thread.join(STOP_TIMEOUT_S)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._replies and not self._closed:
+                    self._changed.wait()
+                batch, self._replies = self._replies, []
+                closed = self._closed
+            if batch:
+                try:
+                    self._connection.send(batch)
+                except OSError:  # the stub is gone; the core's main loop sees it too
+                    return
+            if closed:
+                return
+
+
+class _CoreSink:
+    """A request's sink inside the core: its replies are queued for the stub; cancellation is a flag."""
+
+    def __init__(self, key: int, outgoing: _Outgoing, cancelled: set[int]) -> None:
+        self._key = key
+        self._outgoing = outgoing
+        self._cancelled = cancelled
+
+    def send(self, output: GenerationOutput, *, final: bool) -> None:
+        self._outgoing.put(Reply(self._key, output, final))
+        if final:
+            self._cancelled.discard(self._key)
+
+    def fail(self, error: Exception) -> None:
+        self._outgoing.put(Reply(self._key, final=True, error=(_kind_of(error), str(error))))
+        self._cancelled.discard(self._key)
+
+    def is_cancelled(self) -> bool:
+        return self._key in self._cancelled
+
+
+def run_core(settings: EngineSettings, connection: Connection) -> None:
+    """The core's main: start the engine, serve the stub's messages until it stops or goes away."""
+    from backend.assembly import start_service  # the child imports the engine, not the stub
+    from llgtriton.logs import configure_logging
+
+    configure_logging(os.environ.get("LLGTRITON_LOG_LEVEL", "info"))
+    # The core lives as long as its stub: a signal to Triton's process group is the stub's to handle
+    # (it stops the core); a stub that dies closes the pipe, which ends the core.
+    if threading.current_thread() is threading.main_thread():  # (the tests run it on a thread)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        # Responses cost nothing here (a list append); the stub's own pump merges them.
+        service = start_service(settings.model_copy(update={"coalesce_responses": False, "core_process": "off"}))
+    except Exception as exc:
+        logger.exception("the engine could not start")
+        connection.send(Failed(f"{type(exc).__name__}: {exc}"))
+        return
+    outgoing = _Outgoing(connection)
+    cancelled: set[int] = set()
+    stop = threading.Event()
+    status = threading.Thread(target=_report, args=(service, outgoing, stop), name="llgtriton-core-status", daemon=True)
+    status.start()
+    connection.send(Ready(os.getpid()))
+    try:
+        while True:
+            try:
+                message = connection.recv()
+            except (EOFError, OSError):  # the stub is gone
+                break
+            if isinstance(message, Submit):
+                sink = _CoreSink(message.key, outgoing, cancelled)
+                try:
+                    service.submit(message.request, message.request_id, sink)
+                except Exception as exc:
+                    sink.fail(exc)
+            elif isinstance(message, Cancel):
+                cancelled.add(message.key)
+            else:  # stop
+                break
+    finally:
+        stop.set()
+        service.shutdown()
+        outgoing.close()
+
+
+def _report(service: Service, outgoing: _Outgoing, stop: threading.Event) -> None:
+    while not stop.wait(STATUS_INTERVAL_S):
+        running, waiting = service.load()
+        outgoing.put(Status(running, waiting, service.step_counters.totals()))
+
+
+# The stub's side ----------------------------------------------------------------------------
+
+
+def core_python() -> str:
+    """The Python that runs the core: this environment's (inside Triton's stub, ``sys.executable``
+    is the stub itself)."""
+    for candidate in (Path(sys.prefix) / "bin" / "python3", Path(sys.prefix) / "bin" / "python"):
+        if candidate.exists():
+            return str(candidate)
+    return sys.executable
+
+
+class CoreProcess:
+    """A :class:`~backend.service.Service` whose engine runs in a child process."""
+
+    def __init__(
+        self,
+        settings: EngineSettings,
+        pump: ResponsePump | None = None,
+        *,
+        python: str | None = None,
+        target: Callable[[EngineSettings, Connection], None] = run_core,
+    ) -> None:
+        self._settings = settings
+        self._pump = pump
+        self._python = python or core_python()
+        self._target = target
+        self._keys = itertools.count(1)
+        self._open: dict[int, ResponseSink] = {}
+        self._told: set[int] = set()  # cancellations sent down
+        self._lock = threading.Lock()  # the open requests, the pipe's sending end
+        self._counters = StepCounters()
+        self._earlier = StepTotals()  # of the cores before this one: the totals only ever grow
+        self._load = (0, 0)
+        self._stopping = threading.Event()
+        self._connection, self._process = self._start()
+        self._reader = threading.Thread(target=self._read, name="llgtriton-core-reader", daemon=True)
+        self._reader.start()
+        self._canceller = threading.Thread(target=self._cancel, name="llgtriton-core-cancel", daemon=True)
+        self._canceller.start()
+
+    @property
+    def step_counters(self) -> StepCounters:
+        return self._counters
+
+    @property
+    def pid(self) -> int | None:
+        pid: int | None = self._process.pid
+        return pid
+
+    def load(self) -> tuple[int, int]:
+        return self._load
+
+    def _start(self) -> tuple[Connection, Any]:
+        context = multiprocessing.get_context("spawn")
+        context.set_executable(self._python)
+        parent, child = context.Pipe()
+        process = context.Process(target=self._target, args=(self._settings, child), name="llgtriton-core", daemon=True)
+        started = time.monotonic()
+        process.start()
+        child.close()
+        if not parent.poll(START_TIMEOUT_S):
+            process.kill()
+            raise RuntimeError(f"the engine process did not start within {START_TIMEOUT_S:.0f} s")
+        try:
+            first = parent.recv()
+        except EOFError:
+            process.join(5)
+            raise RuntimeError(f"the engine process exited while starting (exit code {process.exitcode})") from None
+        if isinstance(first, Failed):
+            process.join(STOP_TIMEOUT_S)
+            raise RuntimeError(f"the engine could not start: {first.message}")
+        logger.info("engine process %d ready in %.1f s", process.pid, time.monotonic() - started)
+        return parent, process
+
+    def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
+        if self._stopping.is_set():
+            raise Unavailable("the backend is shutting down")
+        key = next(self._keys)
+        pumped = self._pump.wrap(sink, request_id) if self._pump is not None else None
+        with self._lock:
+            self._open[key] = pumped or sink
+            try:
+                self._connection.send(Submit(key, request_id, request))
+            except (OSError, ValueError):  # the core is down; the reader restarts it
+                self._open.pop(key, None)
+                if pumped is not None:  # refused: the caller fails the sink, and nothing may touch it after
+                    pumped.discard()
+                raise Unavailable("the engine is restarting; try again shortly") from None
+
+    def _read(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                batch = self._connection.recv()
+            except (EOFError, OSError):
+                if self._stopping.is_set():
+                    return
+                self._restart()
+                continue
+            for item in batch:
+                if isinstance(item, Status):
+                    self._load = (item.running, item.waiting)
+                    self._counters.set_totals(self._earlier + item.totals)
+                else:
+                    self._deliver(item)
+
+    def _deliver(self, reply: Reply) -> None:
+        with self._lock:
+            sink = self._open.pop(reply.key, None) if reply.final else self._open.get(reply.key)
+            if reply.final:
+                self._told.discard(reply.key)
+        if sink is None:
+            return
+        if reply.error is not None:
+            sink.fail(_error_of(*reply.error))
+        elif reply.output is not None:
+            sink.send(reply.output, final=reply.final)
+
+    def _restart(self) -> None:
+        """The core died: its requests end with an error, and a new core takes over."""
+        self._process.join(5)
+        logger.error("the engine process exited (code %s); restarting it", self._process.exitcode)
+        self._earlier = self._counters.totals()
+        with self._lock:
+            lost, self._open, self._told = self._open, {}, set()
+        for sink in lost.values():
+            sink.fail(Unavailable("the engine process exited; the request was lost"))
+        while not self._stopping.is_set():
+            try:
+                connection, process = self._start()
+            except RuntimeError:
+                logger.exception("the engine process could not be restarted; trying again")
+                time.sleep(1.0)
+                continue
+            with self._lock:
+                self._connection, self._process = connection, process
+            return
+
+    def _cancel(self) -> None:
+        """Tells the core about requests whose clients went away (the pump or the sink knows)."""
+        while not self._stopping.wait(CANCEL_POLL_S):
+            with self._lock:
+                gone = [key for key, sink in self._open.items() if key not in self._told and _cancelled(sink)]
+                for key in gone:
+                    self._told.add(key)
+                    try:
+                        self._connection.send(Cancel(key))
+                    except (OSError, ValueError):
+                        break
+
+    def shutdown(self) -> None:
+        self._stopping.set()
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            self._connection.send(None)
+        self._process.join(STOP_TIMEOUT_S)
+        if self._process.is_alive():
+            self._process.kill()
+        self._connection.close()
+        if self._pump is not None:
+            self._pump.close()
+
+
+def _cancelled(sink: ResponseSink) -> bool:
+    try:
+        return sink.is_cancelled()
+    except Exception:
+        return True

@@ -1,0 +1,116 @@
+"""The engine in a process of its own (the synthetic engine, which needs no model): requests and their
+outputs across the pipe, refusals, cancellation, the core dying and coming back, the stub going away."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from backend.core_process import CoreProcess, run_core
+from backend.errors import InvalidRequest, Unavailable
+from backend.response_pump import ResponsePump
+from bench.harness import RecordingSink
+from llgtriton.settings import EngineSettings
+from llgtriton.wire import FinishReason, GenerationRequest
+
+SYNTHETIC = EngineSettings(engine="synthetic", core_process="on")
+ENDLESS = GenerationRequest(prompt="a b", max_tokens=10**8, stream=True)
+
+
+@pytest.fixture(scope="module", params=["pumped", "direct"])
+def core(request: pytest.FixtureRequest) -> Iterator[CoreProcess]:
+    running = CoreProcess(SYNTHETIC, ResponsePump() if request.param == "pumped" else None)
+    yield running
+    running.shutdown()
+
+
+def test_outputs_come_back_in_order_and_end_final(core: CoreProcess) -> None:
+    sinks = [RecordingSink() for _ in range(8)]
+    for index, sink in enumerate(sinks):
+        core.submit(GenerationRequest(prompt="a b c", max_tokens=50, stream=True), f"r{index}", sink)
+    for sink in sinks:
+        sink.wait(30)
+        assert sink.error is None
+        assert sink.text == " token" * 50
+        assert [tokens for _, tokens in sink.stamps] == sorted(tokens for _, tokens in sink.stamps)
+        assert sink.outputs[-1].finish_reason is FinishReason.LENGTH and sink.outputs[-1].completion_tokens == 50
+
+
+def test_a_refusal_in_the_core_fails_the_request_with_its_kind(core: CoreProcess) -> None:
+    sink = RecordingSink()
+    core.submit(GenerationRequest(prompt="x", max_tokens=0), "bad", sink)
+    sink.wait(30)
+    assert isinstance(sink.error, InvalidRequest) and "max_tokens" in str(sink.error)
+
+
+def test_a_cancelled_request_ends_in_the_core(core: CoreProcess) -> None:
+    sink = RecordingSink(cancel_after=3)
+    core.submit(ENDLESS, "endless", sink)
+    sink.wait(30)
+    assert sink.error is None and sink.outputs[-1].completion_tokens < 10**8
+
+
+def test_the_core_reports_its_load(core: CoreProcess) -> None:
+    time.sleep(0.8)  # a status every half second
+    running, waiting = core.load()
+    assert running >= 0 and waiting >= 0
+
+
+class Asked(RecordingSink):
+    """Counts the cancellation checks made of it after it was refused (Triton crashes on one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = False
+        self.asked_after = 0
+
+    def is_cancelled(self) -> bool:
+        self.asked_after += self.refused
+        return False
+
+
+def test_a_core_that_dies_fails_its_requests_and_is_replaced() -> None:
+    core = CoreProcess(SYNTHETIC, ResponsePump())
+    try:
+        first = core.pid
+        assert first is not None
+        sink = RecordingSink()
+        core.submit(ENDLESS, "doomed", sink)
+        deadline = time.monotonic() + 30
+        while not sink.outputs and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(first, signal.SIGKILL)
+        sink.wait(30)
+        assert isinstance(sink.error, Unavailable) and "engine process exited" in str(sink.error)
+        deadline = time.monotonic() + 60
+        while True:  # the new core takes a moment to start; meanwhile requests are refused (503)
+            after = Asked()
+            try:
+                core.submit(GenerationRequest(prompt="x", max_tokens=3), "after", after)
+                break
+            except Unavailable:
+                after.refused = True
+                time.sleep(0.1)  # ten of the pump's cancellation passes: none may ask a refused request
+                assert after.asked_after == 0
+                assert time.monotonic() < deadline
+        after.wait(30)
+        assert after.error is None and after.text == " token" * 3
+        assert core.pid != first
+    finally:
+        core.shutdown()
+
+
+def test_the_core_exits_when_the_stub_goes_away() -> None:
+    parent, child = multiprocessing.Pipe()
+    core = threading.Thread(target=run_core, args=(SYNTHETIC, child), daemon=True)
+    core.start()
+    assert parent.poll(30) and parent.recv().pid == os.getpid()  # ready
+    parent.close()  # as when the stub dies: its end of the pipe closes
+    core.join(30)
+    assert not core.is_alive()
