@@ -17,7 +17,7 @@ CLIENTS_VENV ?= .venv-clients
 CLIENTS_LOCK := requirements/clients.txt
 CLIENTS_STAMP := $(CLIENTS_VENV)/.installed
 
-.PHONY: install serve test test-latest lock lint typecheck unit e2e device-carry device-carry-triton device-carry-perf-analyzer clean
+.PHONY: install serve test test-latest lock lint typecheck unit e2e device-carry device-carry-triton device-carry-llama device-carry-perf-analyzer clean
 
 $(STAMP): pyproject.toml Makefile $(LOCK) $(NO_DEPS_LOCK) $(TORCH_PIN)
 	$(PYTHON) -m venv --clear $(VENV)
@@ -100,6 +100,10 @@ device-carry:
 # tritonserver, numpy 1.26 and the proxy's wheels for the GPU machine (bench/gpu_replicas.sh).
 device-carry-triton: $(STAMP)
 	BIN=$(BIN) bash bench/device_carry_triton.sh
+
+# A Llama-3.2-1B-shaped model folder with the real Llama 3.2 tokenizer, for bench/gpu_serving.sh.
+device-carry-llama: $(STAMP)
+	$(BIN)/python -m bench.llama_model device_carry/model_llama
 
 # perf_analyzer for the GPU machine (bench/gpu_layers.sh); its wheel needs glibc 2.38, which that machine has.
 device-carry-perf-analyzer: $(STAMP)

@@ -308,6 +308,7 @@ def engine_settings(
     coalesce_responses: bool = True,
     kv_cache: str = "auto",
     max_model_len: int | None = None,
+    core_process: str = "auto",
 ) -> EngineSettings:
     """The engine a benchmark serves: bf16 on CUDA, fp32 on CPU."""
     dtype = "bfloat16" if device.startswith("cuda") else "float32"
@@ -321,6 +322,7 @@ def engine_settings(
             "coalesce_responses": coalesce_responses,
             "kv_cache": kv_cache,
             "max_model_len": max_model_len,
+            "core_process": core_process,
         }
     )
 
@@ -336,6 +338,7 @@ def engine_flags(settings: EngineSettings) -> list[str]:
         "--engine-coalesce-responses" if settings.coalesce_responses else "--no-engine-coalesce-responses",
         f"--engine-kv-cache={settings.kv_cache}",
         *([f"--engine-max-model-len={settings.max_model_len}"] if settings.max_model_len else []),
+        f"--engine-core-process={settings.core_process}",
     ]
 
 
@@ -346,7 +349,11 @@ def quiet_logging() -> None:
 
 
 async def run(
-    arguments: argparse.Namespace, settings: EngineSettings, proxy_port: int, grpc_port: int
+    arguments: argparse.Namespace,
+    settings: EngineSettings,
+    proxy_port: int,
+    grpc_port: int,
+    progress: Callable[[dict[str, Any]], None] = lambda results: None,
 ) -> dict[str, Any]:
     # The engine layer's sinks cost nothing to call: no response thread for it, in either mode.
     service = start_torch_service(settings.model_copy(update={"coalesce_responses": False}))
@@ -397,6 +404,7 @@ async def run(
                         logger.error("perf_analyzer at %s: %s", key, exc)
                         results[key]["perf_analyzer"] = {"error": str(exc)}
                 logger.info("%s: %s", key, json.dumps(results[key]))
+                progress(results)  # a run cut short keeps what it measured
     finally:
         service.shutdown()
         await triton.close()
@@ -426,6 +434,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--max-model-len", type=int, default=2048, help="the engine's context (sizes a preallocated KV cache)"
     )
+    parser.add_argument(
+        "--core-process", choices=["auto", "on", "off"], default="auto", help="Triton's engine in a process of its own"
+    )
     parser.add_argument("--write-perf-analyzer-data", type=Path, metavar="DIR", help="write the input files, exit")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="layers_cpu", help="the report is <out>/<name>.json")
@@ -444,21 +455,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         coalesce_responses=arguments.coalesce_responses,
         kv_cache=arguments.kv_cache,
         max_model_len=arguments.max_model_len,
+        core_process=arguments.core_process,
     )
+
+    def report(results: dict[str, Any]) -> None:
+        write_report(
+            arguments.out / f"{arguments.name}.json",
+            {
+                "machine": arguments.device,
+                "model": f"random weights, shape {arguments.shape}" if arguments.random_model else model,
+                "tokenizer": str(arguments.random_model) if arguments.random_model else model,
+                "max_tokens": arguments.max_tokens,
+                "requests": arguments.requests,
+                "coalesce_responses": arguments.coalesce_responses,
+                "kv_cache": arguments.kv_cache,
+                "max_model_len": arguments.max_model_len,
+                "core_process": arguments.core_process,
+                "date": time.strftime("%Y-%m-%d"),
+                "results": results,
+            },
+        )
+
     with running_server(arguments.out, "layers", *engine_flags(settings)) as server:
-        results = asyncio.run(run(arguments, settings, server.proxy_port, server.grpc_port))
-    report = {
-        "machine": arguments.device,
-        "model": f"random weights, shape {arguments.shape}" if arguments.random_model else model,
-        "max_tokens": arguments.max_tokens,
-        "requests": arguments.requests,
-        "coalesce_responses": arguments.coalesce_responses,
-        "kv_cache": arguments.kv_cache,
-        "max_model_len": arguments.max_model_len,
-        "date": time.strftime("%Y-%m-%d"),
-        "results": results,
-    }
-    write_report(arguments.out / f"{arguments.name}.json", report)
+        report(asyncio.run(run(arguments, settings, server.proxy_port, server.grpc_port, report)))
 
 
 if __name__ == "__main__":
