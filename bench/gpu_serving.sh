@@ -10,6 +10,7 @@ shift
 OUT=${OUT:-docs/results}
 mkdir -p "$OUT"
 source bench/gpu_triton_env.sh
-"$PY" -m bench.layers --random-model device_carry/model_llama --device cuda --core-process "$MODE" \
+rm -rf /tmp/model_llama && cp -r device_carry/model_llama /tmp/model_llama && xz -d /tmp/model_llama/tokenizer.json.xz
+"$PY" -m bench.layers --random-model /tmp/model_llama --device cuda --core-process "$MODE" \
     --name "serving_core_$MODE" --out "$OUT" --concurrency 1 8 32 64 128 256 --requests 4 --max-tokens 64 \
     --max-batch-size 256 "$@" || { tail -n 60 "$OUT"/*.log; exit 1; }
