@@ -19,6 +19,7 @@ from bench.tbt_overhead import SHAPES
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN_OF_TEXT, END_OF_TEXT, END_OF_MESSAGE, END_OF_TURN = 128000, 128001, 128008, 128009
+VOCAB = 128256
 
 
 def tokenizer_folder() -> Path:
@@ -43,7 +44,7 @@ def write_model_folder(target: Path) -> None:
         "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
         "tie_word_embeddings": True,
         "use_cache": True,
-        "vocab_size": 128256,
+        "vocab_size": VOCAB,
         "bos_token_id": BEGIN_OF_TEXT,
         "eos_token_id": eos,
         **SHAPES["llama-3.2-1b"],
@@ -51,8 +52,14 @@ def write_model_folder(target: Path) -> None:
     (target / "config.json").write_text(json.dumps(config, indent=2))
     generation = {"bos_token_id": BEGIN_OF_TEXT, "eos_token_id": eos}
     (target / "generation_config.json").write_text(json.dumps(generation, indent=2))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy2(tokenizer_folder() / name, target / name)
+    # The package ships the 3.2 Vision tokenizer: its <|image|> (id 128256) is no token of the text models.
+    tokenizer = json.loads((tokenizer_folder() / "tokenizer.json").read_text())
+    tokenizer["added_tokens"] = [token for token in tokenizer["added_tokens"] if token["id"] < VOCAB]
+    (target / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
+    tokenizer_config = json.loads((tokenizer_folder() / "tokenizer_config.json").read_text())
+    added = tokenizer_config["added_tokens_decoder"]
+    tokenizer_config["added_tokens_decoder"] = {key: value for key, value in added.items() if int(key) < VOCAB}
+    (target / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     shutil.copy2(ROOT / "tests" / "fixtures" / "chat_templates" / "llama3_json.jinja", target / "chat_template.jinja")
 
 
