@@ -437,6 +437,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--core-process", choices=["auto", "on", "off"], default="auto", help="Triton's engine in a process of its own"
     )
+    parser.add_argument("--proxy-workers", type=int, default=1, help="the proxy's processes")
     parser.add_argument("--write-perf-analyzer-data", type=Path, metavar="DIR", help="write the input files, exit")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="layers_cpu", help="the report is <out>/<name>.json")
@@ -471,12 +472,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "kv_cache": arguments.kv_cache,
                 "max_model_len": arguments.max_model_len,
                 "core_process": arguments.core_process,
+                "proxy_workers": arguments.proxy_workers,
                 "date": time.strftime("%Y-%m-%d"),
                 "results": results,
             },
         )
 
-    with running_server(arguments.out, "layers", *engine_flags(settings)) as server:
+    flags = [*engine_flags(settings), f"--proxy-workers={arguments.proxy_workers}"]
+    with running_server(arguments.out, "layers", *flags) as server:
         report(asyncio.run(run(arguments, settings, server.proxy_port, server.grpc_port, report)))
 
 
