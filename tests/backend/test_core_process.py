@@ -23,9 +23,9 @@ SYNTHETIC = EngineSettings(engine="synthetic", core_process="on")
 ENDLESS = GenerationRequest(prompt="a b", max_tokens=10**8, stream=True)
 
 
-@pytest.fixture(scope="module", params=["pumped", "direct"])
-def core(request: pytest.FixtureRequest) -> Iterator[CoreProcess]:
-    running = CoreProcess(SYNTHETIC, ResponsePump() if request.param == "pumped" else None)
+@pytest.fixture(scope="module")
+def core() -> Iterator[CoreProcess]:
+    running = CoreProcess(SYNTHETIC, ResponsePump())  # (as Triton's stub runs it; each core takes ~3 s to start)
     yield running
     running.shutdown()
 

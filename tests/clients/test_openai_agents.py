@@ -106,16 +106,3 @@ def test_responses_tool_call_then_final_answer(model: str, responses_config: Run
         assert isinstance(result.final_output, Person)
     assert kinds[:2] == ["tool_call_item", "tool_call_output_item"]
     assert kinds.count("tool_call_item") == kinds.count("tool_call_output_item")
-
-
-def test_streamed_responses_output_type(model: str, responses_config: RunConfig) -> None:
-    agent = Agent(name="describer", instructions="Describe people.", model=model, output_type=Person,
-                  model_settings=SETTINGS)  # fmt: skip
-
-    async def run() -> object:
-        streamed = Runner.run_streamed(agent, PROMPT, max_turns=2, run_config=responses_config)
-        events = [event.type async for event in streamed.stream_events()]
-        assert "raw_response_event" in events
-        return streamed.final_output
-
-    assert isinstance(asyncio.run(run()), Person)
