@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 STATUS_INTERVAL_S = 0.5
 CANCEL_POLL_S = 0.005  # how often the stub looks for cancelled requests to tell the core about
+# Without the response pump each look is a round trip to Triton per request: look less often.
+UNPUMPED_CANCEL_POLL_S = 0.02
 START_TIMEOUT_S = 1800.0  # loading a model (and capturing its CUDA graphs) may take long
 STOP_TIMEOUT_S = 30.0
 
@@ -341,6 +343,8 @@ class CoreProcess:
     def _restart(self) -> None:
         """The core died: its requests end with an error, and a new core takes over."""
         self._process.join(5)
+        with self._lock:  # (not while a submit writes to it)
+            self._connection.close()
         logger.error("the engine process exited (code %s); restarting it", self._process.exitcode)
         self._earlier = self._counters.totals()
         with self._lock:
@@ -360,7 +364,8 @@ class CoreProcess:
 
     def _cancel(self) -> None:
         """Tells the core about requests whose clients went away (the pump or the sink knows)."""
-        while not self._stopping.wait(CANCEL_POLL_S):
+        interval = CANCEL_POLL_S if self._pump is not None else UNPUMPED_CANCEL_POLL_S
+        while not self._stopping.wait(interval):
             with self._lock:
                 gone = [key for key, sink in self._open.items() if key not in self._told and _cancelled(sink)]
                 for key in gone:

@@ -27,7 +27,7 @@ WEATHER: Any = {
 class City(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(max_length=20)
-    population: int
+    population: int = Field(ge=0, le=10**9)  # bounded: the answer fits its token budget
 
 
 def test_create_answers_in_text_and_reports_usage(client: openai.OpenAI) -> None:
