@@ -79,11 +79,3 @@ def responses_chat(base_url: str, model: str) -> ChatOpenAI:
 def test_responses_structured_output(responses_chat: ChatOpenAI) -> None:
     answer = responses_chat.with_structured_output(Person, method="json_schema").invoke(PROMPT)
     assert isinstance(answer, Person)
-
-
-def test_responses_bind_tools_forced(responses_chat: ChatOpenAI) -> None:
-    message = responses_chat.bind_tools([WeatherQuery], tool_choice="required", parallel_tool_calls=False).invoke(
-        WEATHER_PROMPT
-    )
-    assert message.tool_calls, message
-    WeatherQuery.model_validate(message.tool_calls[0]["args"])

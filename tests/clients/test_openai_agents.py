@@ -97,7 +97,7 @@ def test_responses_tool_call_then_final_answer(model: str, responses_config: Run
     agent = Agent(name="describer", instructions="Describe people.", model=model, output_type=Person,
                   tools=[weather], model_settings=forced, reset_tool_choice=True)  # fmt: skip
     try:
-        result = Runner.run_sync(agent, PROMPT, max_turns=3, run_config=responses_config)
+        result = Runner.run_sync(agent, PROMPT, max_turns=2, run_config=responses_config)
     except MaxTurnsExceeded as exceeded:
         assert exceeded.run_data is not None
         kinds = [item.type for item in exceeded.run_data.new_items]
