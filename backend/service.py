@@ -234,6 +234,7 @@ class GenerationService:
 
     def prepare(self, request: GenerationRequest, request_id: str) -> EngineRequest:
         grammar = self.grammar(request)
+        reasoning = self.reasoning(request)
         sampling = sampling_params(request)
         ids = self.prompt_ids(request)
         room = self.max_model_len - len(ids)
@@ -268,17 +269,17 @@ class GenerationService:
             grammar=grammar,
             logprobs=request.top_logprobs if request.logprobs else None,
             prompt_logprobs=request.top_logprobs if request.prompt_logprobs else None,
-            kept_tokens=self._kept_tokens(request),
-            reasoning=self.reasoning(request),
+            kept_tokens=self._kept_tokens(request, reasoning),
+            reasoning=reasoning,
         )
 
-    def _kept_tokens(self, request: GenerationRequest) -> frozenset[int]:
+    def _kept_tokens(self, request: GenerationRequest, reasoning: ReasoningFormat | None) -> frozenset[int]:
         """The special tokens the proxy reads in ``request``'s text: its formats' tags (a tool-call
         ``marker`` is no syntax to read: it stays out)."""
         tags: list[str] = []
         if request.tools is not None:
             tags += [tag for tag in self.tool_format.tags if tag != self.tool_format.marker]
-        if self.reasoning(request) is not None:
+        if reasoning is not None:
             tags += REASONING_TAGS
         if not tags:
             return frozenset()
@@ -320,7 +321,7 @@ class GenerationService:
     def submit_now(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None:
         """Validate and enqueue on this thread; raises a :class:`BackendError` for a request that cannot be served."""
         prepared = self.prepare(request, request_id)
-        reasoning = self.reasoning(request)
+        reasoning = prepared.reasoning
         if request.tools is not None or reasoning is not None:  # (outside the pump, which may merge responses)
             tool_format = self.tool_format.name if request.tools is not None else ""
             sink = _NamingFormats(sink, tool_format, reasoning.name if reasoning is not None else "")
