@@ -17,7 +17,7 @@ CLIENTS_VENV ?= .venv-clients
 CLIENTS_LOCK := requirements/clients.txt
 CLIENTS_STAMP := $(CLIENTS_VENV)/.installed
 
-.PHONY: install serve test test-latest lock lint typecheck unit e2e device-carry device-carry-triton device-carry-llama device-carry-perf-analyzer clean
+.PHONY: install serve test test-latest lock lint typecheck unit e2e device-carry device-carry-triton device-carry-llama device-carry-aiperf device-carry-perf-analyzer clean
 
 $(STAMP): pyproject.toml Makefile $(LOCK) $(NO_DEPS_LOCK) $(TORCH_PIN)
 	$(PYTHON) -m venv --clear $(VENV)
@@ -91,6 +91,8 @@ device-carry:
 		pytools platformdirs mako markupsafe siphash24 typing_extensions pytest pluggy iniconfig packaging \
 		xgrammar==0.2.8 llguidance==1.9.1 annotated-types typing-inspection \
 		$$($(BIN)/python -c "import pydantic, pydantic_core as c; print(f'pydantic=={pydantic.VERSION} pydantic-core=={c.__version__}')")
+	$(BIN)/pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 -d device_carry/xgrammar apache-tvm-ffi==0.1.15.post2  # xgrammar's, to import it
 	mkdir -p device_carry/model
 	cp -r ../shared/data/jsonschemabench device_carry/
 	$(BIN)/python -c "from backend.model_loader import checkpoint_path; from llgtriton.settings import EngineSettings; print(checkpoint_path(EngineSettings()))" \
@@ -105,6 +107,17 @@ device-carry-triton: $(STAMP)
 device-carry-llama: $(STAMP)
 	$(BIN)/python -m bench.llama_model device_carry/model_llama
 	xz -9 -f device_carry/model_llama/tokenizer.json  # 9 MB to 2: the carry holds 64 MiB
+
+# aiperf for the GPU machine (bench/gpu_serving.sh): it and the dependencies that machine's image lacks
+# (docs/benchmarks.md lists what it has), about 10 MB; pydantic comes from device_carry/wheels.
+AIPERF_WHEELS = aiperf==0.13.0 crick==0.0.8 cyclopts==4.25.3 docstring-parser==0.18.0 rich-rst==2.2.0 \
+	msgspec==0.22.0 orjson==3.11.9 pydantic-settings==2.16.3 python-dotenv==1.2.4 pyzmq==26.4.0 \
+	ruamel.yaml==0.18.17 ruamel.yaml.clib==0.2.15 setproctitle==1.3.8 ffmpeg-python==0.2.0 future==1.0.0
+device-carry-aiperf: $(STAMP)
+	mkdir -p device_carry/aiperf
+	$(BIN)/pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_5_x86_64 \
+		-d device_carry/aiperf $(AIPERF_WHEELS)
 
 # perf_analyzer for the GPU machine (bench/gpu_layers.sh); its wheel needs glibc 2.38, which that machine has.
 device-carry-perf-analyzer: $(STAMP)

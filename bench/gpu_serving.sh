@@ -1,16 +1,35 @@
 #!/usr/bin/env bash
-# Engine, Triton and the proxy side by side on the GPU machine (issue 41), Triton's engine in the
-# python stub (off) or in a process of its own (on): random weights of a Llama-3.2-1B shape in bf16
-# with the real Llama 3.2 tokenizer (vocab 128256), free and JSON-schema-constrained, 1-256 clients.
-#   make device-carry device-carry-triton device-carry-llama    # here, once
-#   bash bench/gpu_serving.sh off|on [bench.layers options]     # there; carry device_carry/{wheels,triton,model_llama}
+# Engine, Triton and the proxy side by side on the GPU machine (issue 41): random weights of a
+# Llama-3.2-1B shape in bf16 with the real Llama 3.2 tokenizer (vocab 128256), free and
+# JSON-schema-constrained, 1-256 streaming clients, Triton's engine in a process of its own (on,
+# the default) or in the python stub (off). The engine and Triton layers are driven by our own
+# clients, Triton also by perf_analyzer, the proxy by aiperf (out of process); then the plot.
+#   make device-carry device-carry-triton device-carry-llama device-carry-aiperf device-carry-perf-analyzer  # here
+#   bash bench/gpu_stage.sh aiperf perf_analyzer  # there, first: carry device_carry/{aiperf,perf_analyzer}
+#   bash bench/gpu_serving.sh [on|off] [bench.layers options]  # then: carry device_carry/{wheels,triton,model_llama}
 set -euo pipefail
-MODE=${1:?say off or on}
-shift
+MODE=${1:-on}
+[ $# -gt 0 ] && shift
 OUT=${OUT:-docs/results}
 mkdir -p "$OUT"
+
+source bench/gpu_carried.sh
+AIPERF_WHEELS=$(carried aiperf)
+PERF_ANALYZER_WHEEL=$(carried perf_analyzer)
+
 source bench/gpu_triton_env.sh
+# aiperf gets the machine's own numpy 2 and libraries, not the stub's numpy 1.26 in $SITE.
+AIPERF_SITE=/tmp/aiperf-site
+"$PY" -m pip install -q --no-index --no-deps --upgrade --target "$AIPERF_SITE" "$AIPERF_WHEELS"/*.whl \
+    device_carry/wheels/{pydantic,pydantic_core,annotated_types,typing_inspection,typing_extensions}-*.whl
+rm -rf /tmp/perf_analyzer && "$PY" -m zipfile -e "$PERF_ANALYZER_WHEEL"/perf_analyzer-*.whl /tmp/perf_analyzer
+chmod +x /tmp/perf_analyzer/perf_analyzer/bin/perf_analyzer
 rm -rf /tmp/model_llama && cp -r device_carry/model_llama /tmp/model_llama && xz -d /tmp/model_llama/tokenizer.json.xz
+
 "$PY" -m bench.layers --random-model /tmp/model_llama --device cuda --core-process "$MODE" \
-    --name "serving_core_$MODE" --out "$OUT" --concurrency 1 8 32 64 128 256 --requests 4 --max-tokens 64 \
-    --max-batch-size 256 "$@" || { tail -n 60 "$OUT"/*.log; exit 1; }
+    --name "serving_$MODE" --out "$OUT" --concurrency 1 8 32 64 128 256 --requests 4 --max-tokens 64 \
+    --max-batch-size 256 --layers engine triton \
+    --perf-analyzer /tmp/perf_analyzer/perf_analyzer/bin/perf_analyzer \
+    --aiperf "env LLGTRITON_PLAIN_PYTHON=1 PYTHONPATH=$AIPERF_SITE $PY -m aiperf" "$@" ||
+    { tail -n 60 "$OUT"/*.log; exit 1; }
+"$PY" -m bench.plot_serving "$OUT/serving_$MODE.png" "$OUT/serving_$MODE.json"

@@ -13,6 +13,11 @@ requests, unconstrained and JSON-schema-constrained, go:
   over gRPC at the same concurrency, fed the same requests from an input-data file
   (``bench/perf_analyzer/*.json`` holds the GPU run's; ``--write-perf-analyzer-data DIR`` writes
   them). Its figures come from its profile export: each request's send and response times.
+- ``aiperf`` (with ``--aiperf COMMAND``): NVIDIA's load generator against the proxy's chat
+  endpoint, streaming, with the same prompts and body (:mod:`bench.aiperf_layer`).
+
+``--layers`` picks which of the first three run. Each layer's entry also holds ``cpu_cores``:
+the CPU each of the server's processes used while it ran (:mod:`bench.process_cpu`).
 
 Reported per layer: time to first token and time between tokens (p50 over requests; a
 request's TBT is its mean gap between first and last token) and output tokens/s.
@@ -28,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import statistics
@@ -43,7 +47,10 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from backend.assembly import start_torch_service
+from backend.model_loader import checkpoint_path
 from backend.service import GenerationService
+from bench import process_cpu
+from bench.aiperf_layer import AiperfRun, hub_cache_tokenizer, prompts_file, run_aiperf
 from bench.harness import RecordingSink, RunningServer, start_server, stop_server
 from bench.reports import write_report
 from bench.tbt_overhead import random_checkpoint
@@ -148,6 +155,7 @@ async def via_proxy(client: openai.AsyncOpenAI, model: str, request: wire.Genera
 
 
 Send = Callable[[wire.GenerationRequest, int], Awaitable[Timing]]
+Measure = Callable[[int, int, bool], dict[str, float]]  # (concurrency, requests, constrained) -> figures
 
 
 def _json_value(value: object) -> object:
@@ -186,30 +194,60 @@ def write_perf_analyzer_data(folder: Path, count: int, max_tokens: int) -> dict[
     return paths
 
 
+def _int_value(value: object) -> int | None:
+    """An INT32 output as perf_analyzer's export writes it: a number, a list of one, or text."""
+    if isinstance(value, list) and value:
+        return _int_value(value[0])
+    if not isinstance(value, int | float | str):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def perf_analyzer_tokens(request: dict[str, Any]) -> int | None:
+    """The completion tokens of one request, from its last response's ``num_output_tokens`` (a running
+    count) where the export holds the response outputs."""
+    for output in reversed(request.get("response_outputs") or []):
+        if isinstance(output, dict) and (tokens := _int_value(output.get(wire.NUM_OUTPUT_TOKENS))) is not None:
+            return tokens
+    return None
+
+
 def perf_analyzer_figures(export: dict[str, Any]) -> dict[str, float]:
     """The closed-loop figures from perf_analyzer's profile export (times in ns).
 
-    Every streamed response is one token here (greedy, ASCII output), so responses stand for
-    tokens; a request's TBT is its mean gap between first and last response.
+    Tokens are the server's own count (``num_output_tokens``) where the export holds the responses'
+    outputs; otherwise every streamed response counts as one token, which holds only while responses
+    are not coalesced. ``counted_tokens`` says which. A request's TBT is its mean gap between first
+    and last response, per token after the first.
     """
     requests = [r for e in export["experiments"] for r in e["requests"] if r.get("response_timestamps")]
     if not requests:
         raise RuntimeError("perf_analyzer exported no request with responses")
+    counted = [perf_analyzer_tokens(r) for r in requests]
+    exact = all(tokens is not None for tokens in counted)
+    tokens = [
+        t if exact and t is not None else len(r["response_timestamps"]) for t, r in zip(counted, requests, strict=True)
+    ]
     ttfts = [(r["response_timestamps"][0] - r["timestamp"]) / 1e9 for r in requests]
     tbts = [
-        (r["response_timestamps"][-1] - r["response_timestamps"][0]) / (len(r["response_timestamps"]) - 1) / 1e9
-        for r in requests
-        if len(r["response_timestamps"]) > 1
+        (r["response_timestamps"][-1] - r["response_timestamps"][0]) / (n - 1) / 1e9
+        for r, n in zip(requests, tokens, strict=True)
+        if n > 1 and len(r["response_timestamps"]) > 1
     ]
     first = min(r["timestamp"] for r in requests)
     last = max(r["response_timestamps"][-1] for r in requests)
-    responses = sum(len(r["response_timestamps"]) for r in requests)
     return {
         "ttft_ms_p50": statistics.median(ttfts) * 1e3,
         "tbt_ms_p50": statistics.median(tbts) * 1e3,
-        "tokens_per_s": responses / ((last - first) / 1e9),
-        "mean_tokens": responses / len(requests),
+        "tokens_per_s": sum(tokens) / ((last - first) / 1e9),
+        "mean_tokens": sum(tokens) / len(requests),
         "requests": len(requests),
+        "counted_tokens": 1.0 if exact else 0.0,  # 1: the server's count; 0: one per response
+        "window_start_s": first / 1e9,  # perf_analyzer's timestamps are the system clock's, in ns
+        "window_end_s": last / 1e9,
     }
 
 
@@ -348,27 +386,77 @@ def quiet_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def external_layers(
+    arguments: argparse.Namespace, settings: EngineSettings, server: RunningServer, model: str
+) -> dict[str, Measure]:
+    """The load generators that run in processes of their own: perf_analyzer (Triton) and aiperf (proxy)."""
+    measures: dict[str, Measure] = {}
+    if arguments.perf_analyzer is not None:
+        most = requests_at(max(arguments.concurrency), arguments.requests)
+        data = write_perf_analyzer_data(arguments.work / "perf_analyzer_data", most, arguments.max_tokens)
+        measures["perf_analyzer"] = lambda concurrency, count, constrained: run_perf_analyzer(
+            arguments.perf_analyzer,
+            data[constrained],
+            grpc_port=server.grpc_port,
+            concurrency=concurrency,
+            count=count,
+            work=arguments.work,
+        )
+    if arguments.aiperf is not None:
+        hf_home = arguments.work / "hf"
+        aiperf = AiperfRun(
+            command=arguments.aiperf,
+            url=f"http://127.0.0.1:{server.proxy_port}",
+            model=model,
+            tokenizer=hub_cache_tokenizer(arguments.random_model or checkpoint_path(settings), hf_home),
+            hf_home=hf_home,
+            max_tokens=arguments.max_tokens,
+        )
+        most = requests_at(max(arguments.concurrency), arguments.requests)
+        dataset = prompts_file(arguments.work / "aiperf_prompts.jsonl", PROMPTS[:most])
+        measures["aiperf"] = lambda concurrency, count, constrained: run_aiperf(
+            aiperf,
+            dataset,
+            concurrency=concurrency,
+            count=count,
+            schema=SCHEMA if constrained else None,
+            work=arguments.work,
+        )
+    return measures
+
+
+async def measured(figures: Awaitable[dict[str, Any]], cpu: process_cpu.CpuRecorder) -> dict[str, Any]:
+    """``figures``, with the CPU each of the server's processes used while they were taken (over the
+    load generator's own window where it reports one)."""
+    start = time.time()
+    result = dict(await figures)
+    end = time.time()
+    window = result.pop("window_start_s", start), result.pop("window_end_s", end)
+    if not start - 1 <= window[0] < window[1] <= end + 1:  # not this clock's times after all
+        window = start, end
+    return {**result, "cpu_cores": cpu.cores_between(*window)}
+
+
 async def run(
     arguments: argparse.Namespace,
     settings: EngineSettings,
-    proxy_port: int,
-    grpc_port: int,
+    server: RunningServer,
     progress: Callable[[dict[str, Any]], None] = lambda results: None,
 ) -> dict[str, Any]:
     # The engine layer's sinks cost nothing to call: no response thread for it, in either mode.
     service = start_torch_service(settings.model_copy(update={"coalesce_responses": False}))
-    triton = TritonGenerationClient(f"127.0.0.1:{grpc_port}", "llm", timeout_s=600)
-    proxy = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{proxy_port}/v1", api_key="unused", max_retries=0)
+    triton = TritonGenerationClient(f"127.0.0.1:{server.grpc_port}", "llm", timeout_s=600)
+    proxy = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.proxy_port}/v1", api_key="unused", max_retries=0)
     model = (await proxy.models.list()).data[0].id
-    layers: dict[str, Send] = {
+    own: dict[str, Send] = {
         "engine": lambda request, index: via_engine(service, request, index),
         "triton": lambda request, index: via_triton(triton, request, index),
         "proxy": lambda request, index: via_proxy(proxy, model, request, index),
     }
-    data = {}
-    if arguments.perf_analyzer is not None:
-        most = requests_at(max(arguments.concurrency), arguments.requests)
-        data = write_perf_analyzer_data(arguments.out / "perf_analyzer_data", most, arguments.max_tokens)
+    layers = {name: send for name, send in own.items() if name in arguments.layers}
+    external = external_layers(arguments, settings, server, model)
+    cpu = process_cpu.CpuRecorder(server.pid)
+    cpu.start()
     results: dict[str, Any] = {}
     try:
         for concurrency in arguments.concurrency:
@@ -379,33 +467,27 @@ async def run(
                 # Untimed: the proxy's path once, and each engine (this process's, Triton's) for a
                 # round at this batch size. The first steps at a new batch size and length are slow
                 # on CUDA, and would count against whichever layer happened to run first.
-                await layers["proxy"](requests[0], -1)
-                await closed_loop(layers["engine"], requests[:concurrency], concurrency)
-                await closed_loop(layers["triton"], requests[:concurrency], concurrency)
+                await own["proxy"](requests[0], -1)
+                await closed_loop(own["engine"], requests[:concurrency], concurrency)
+                await closed_loop(own["triton"], requests[:concurrency], concurrency)
                 names = list(layers)
-                shift = len(results) % len(names)  # rotate the order, so no layer always runs first
+                shift = len(results) % max(len(names), 1)  # rotate the order, so no layer always runs first
                 results[key] = {
-                    name: await closed_loop(layers[name], requests, concurrency)
+                    name: await measured(closed_loop(layers[name], requests, concurrency), cpu)
                     for name in names[shift:] + names[:shift]
                 }
-                if arguments.perf_analyzer is not None:
-                    measure = functools.partial(
-                        run_perf_analyzer,
-                        arguments.perf_analyzer,
-                        data[constrained],
-                        grpc_port=grpc_port,
-                        concurrency=concurrency,
-                        count=count,
-                        work=arguments.out,
-                    )
+                for name, measure in external.items():
                     try:
-                        results[key]["perf_analyzer"] = await asyncio.to_thread(measure)
+                        results[key][name] = await measured(
+                            asyncio.to_thread(measure, concurrency, count, constrained), cpu
+                        )
                     except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the report says so; the rest stands
-                        logger.error("perf_analyzer at %s: %s", key, exc)
-                        results[key]["perf_analyzer"] = {"error": str(exc)}
+                        logger.error("%s at %s: %s", name, key, exc)
+                        results[key][name] = {"error": str(exc)}
                 logger.info("%s: %s", key, json.dumps(results[key]))
                 progress(results)  # a run cut short keeps what it measured
     finally:
+        cpu.stop()
         service.shutdown()
         await triton.close()
         await proxy.close()
@@ -423,7 +505,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--random-model", type=Path, help="config + tokenizer folder: serve random weights")
     parser.add_argument("--shape", help="with --random-model: layer sizes of a public model (bench.tbt_overhead)")
     parser.add_argument("--max-batch-size", type=int, default=128, help="the engine's running sequences")
-    parser.add_argument("--perf-analyzer", help="perf_analyzer binary: add it as a fourth layer")
+    parser.add_argument(
+        "--layers",
+        nargs="+",
+        choices=["engine", "triton", "proxy"],
+        default=["engine", "triton", "proxy"],
+        help="the layers driven by this process's clients",
+    )
+    parser.add_argument("--perf-analyzer", help="perf_analyzer binary: add it as a layer (Triton, gRPC streaming)")
+    parser.add_argument("--aiperf", help="how to start aiperf, e.g. 'aiperf': add it as a layer (the proxy's chat API)")
     parser.add_argument(
         "--no-coalesce-responses",
         dest="coalesce_responses",
@@ -441,13 +531,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--write-perf-analyzer-data", type=Path, metavar="DIR", help="write the input files, exit")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="layers_cpu", help="the report is <out>/<name>.json")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/llgtriton-layers"), help="random checkpoint")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path("/tmp/llgtriton-layers"),
+        help="the random checkpoint and the load generators' own files",
+    )
     arguments = parser.parse_args(argv)
     quiet_logging()
     if arguments.write_perf_analyzer_data is not None:
         write_perf_analyzer_data(arguments.write_perf_analyzer_data, arguments.requests, arguments.max_tokens)
         return
     arguments.out.mkdir(parents=True, exist_ok=True)
+    arguments.work.mkdir(parents=True, exist_ok=True)
     model = served_model("embedded", arguments.random_model, arguments.shape, arguments.work)
     settings = engine_settings(
         model,
@@ -480,7 +576,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     flags = [*engine_flags(settings), f"--proxy-workers={arguments.proxy_workers}"]
     with running_server(arguments.out, "layers", *flags) as server:
-        report(asyncio.run(run(arguments, settings, server.proxy_port, server.grpc_port, report)))
+        report(asyncio.run(run(arguments, settings, server, report)))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Plot ``bench/gpu_serving.sh`` reports: output tokens/s and TTFT p50 against concurrency, for the engine
-in process, Triton and the proxy, one report per column (e.g. the engine process off and on).
+in process, Triton and the proxy (by whichever clients each report holds), one report per column.
 
 python -m bench.plot_serving docs/serving_core.png docs/results/serving_core_off.json docs/results/serving_core_on.json
 """
@@ -19,14 +19,18 @@ import matplotlib.pyplot as plt
 LAYERS = [
     ("engine", "engine, in process", "tab:gray"),
     ("triton", "Triton (gRPC)", "tab:blue"),
-    ("proxy", "proxy (OpenAI)", "tab:orange"),
+    ("perf_analyzer", "Triton (perf_analyzer)", "tab:cyan"),
+    ("proxy", "proxy (OpenAI SDK)", "tab:orange"),
+    ("aiperf", "proxy (aiperf)", "tab:red"),
 ]
 METRICS = [("tokens_per_s", "output tokens/s"), ("ttft_ms_p50", "TTFT p50 (ms)")]
 
 
 def series(report: dict[str, Any], kind: str, layer: str, metric: str) -> tuple[list[int], list[float]]:
     cells = [
-        (int(key.split("/")[0]), value[layer][metric]) for key, value in report["results"].items() if key.endswith(kind)
+        (int(key.split("/")[0]), value[layer][metric])
+        for key, value in report["results"].items()
+        if key.endswith(kind) and metric in value.get(layer, {})  # a layer not run, or failed there
     ]
     cells.sort()
     return [c for c, _ in cells], [v for _, v in cells]
@@ -41,6 +45,8 @@ def main(target: Path, sources: list[Path]) -> None:
             for layer, name, color in LAYERS:
                 for kind, style in (("free", "-"), ("constrained", "--")):
                     x, y = series(report, kind, layer, metric)
+                    if not x:
+                        continue
                     axis.plot(x, y, style, marker="o", color=color, label=f"{name}, {kind}")
             axis.set_xscale("log", base=2)
             axis.set_xlabel("concurrent streaming clients")

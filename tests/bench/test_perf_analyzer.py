@@ -64,3 +64,23 @@ def test_figures_come_from_each_requests_send_and_response_times() -> None:
 def test_an_export_without_responses_is_an_error_not_a_zero() -> None:
     with pytest.raises(RuntimeError, match="no request"):
         perf_analyzer_figures({"experiments": [{"requests": [{"timestamp": 1, "response_timestamps": []}]}]})
+
+
+def test_coalesced_responses_count_the_tokens_the_server_reports() -> None:
+    """Under load a response carries several tokens: the running ``num_output_tokens`` counts them."""
+    ms = 1_000_000
+    request = {
+        "timestamp": 0,
+        "response_timestamps": [10 * ms, 20 * ms],
+        "response_outputs": [{"text_output": "ab", "num_output_tokens": [3]}, {"num_output_tokens": "9"}],
+    }
+    figures = perf_analyzer_figures({"experiments": [{"requests": [request]}]})
+    assert figures["mean_tokens"] == 9 and figures["counted_tokens"] == 1.0
+    assert figures["tbt_ms_p50"] == pytest.approx(10 / 8)
+    assert figures["tokens_per_s"] == pytest.approx(9 / 0.020)
+
+
+def test_without_outputs_each_response_counts_as_one_token_and_says_so() -> None:
+    request = {"timestamp": 0, "response_timestamps": [1, 2, 3]}
+    figures = perf_analyzer_figures({"experiments": [{"requests": [request]}]})
+    assert figures["mean_tokens"] == 3 and figures["counted_tokens"] == 0.0
