@@ -82,7 +82,7 @@ class OutputStream:
     def push(self, token: int, eos: Collection[int], max_model_len: int) -> GenerationOutput | None:
         """Take the next sampled token; stream its text. Returns the final response once the request is over."""
         self.generated.append(token)
-        if token in eos:
+        if token in eos and not self.request.ignore_eos:
             return self.final(FinishReason.STOP, self.drain())
         piece = self.detokenizer.push(token)
         self._count_thinking(piece)

@@ -62,6 +62,7 @@ class EngineRequest:
     prompt_logprobs: int | None = None  # score the prompt's tokens, with this many alternatives (None: do not)
     kept_tokens: frozenset[int] = frozenset()  # special tokens written into the text (tool-call tags)
     reasoning: ReasoningFormat | None = None  # how the output marks its thinking, when it thinks
+    ignore_eos: bool = False  # end tokens do not end the output; max_tokens (or the context) does
 
 
 class ResponseSink(Protocol):

@@ -331,7 +331,7 @@ class Scheduler:
             tokens = greedy_tokens([logits for _, logits in greedy])
             sampled.extend(zip((seq for seq, _ in greedy), tokens, strict=True))
         for seq, token in sampled:
-            if seq in reporting and token not in self._eos:  # the end token is not part of the output
+            if seq in reporting and (token not in self._eos or seq.request.ignore_eos):  # an end token is no output
                 seq.logprobs.append(self._logprob(reporting[seq], token, seq.request.logprobs or 0))
         return sampled
 

@@ -271,6 +271,7 @@ class GenerationService:
             prompt_logprobs=request.top_logprobs if request.prompt_logprobs else None,
             kept_tokens=self._kept_tokens(request, reasoning),
             reasoning=reasoning,
+            ignore_eos=request.ignore_eos,
         )
 
     def _kept_tokens(self, request: GenerationRequest, reasoning: ReasoningFormat | None) -> frozenset[int]:

@@ -47,6 +47,7 @@ RETURN_PROMPT_LOG_PROBS = "return_prompt_log_probs"  # the prompt's own tokens' 
 LOGIT_BIAS = "logit_bias"  # JSON object {"<token id>": bias}, as OpenAI's
 TOOLS = "tools"  # JSON {functions, mode, parallel}: llgtriton.tools.ToolRequest
 CHAT_TEMPLATE_KWARGS = "chat_template_kwargs"  # JSON object passed to the chat template (vLLM's name)
+IGNORE_EOS = "ignore_eos"  # run to max_tokens past end tokens (vLLM's name; load generators send it)
 
 # Bounds both the proxy and the backend enforce (OpenAI's own).
 MAX_TOP_LOGPROBS = 20
@@ -96,6 +97,7 @@ INPUT_TYPES: dict[str, str] = {
     LOGIT_BIAS: "STRING",
     TOOLS: "STRING",
     CHAT_TEMPLATE_KWARGS: "STRING",
+    IGNORE_EOS: "BOOL",
 }
 OUTPUT_TYPES: dict[str, str] = {
     TEXT_OUTPUT: "STRING",
@@ -118,6 +120,12 @@ _NUMPY_DTYPES: dict[str, type[np.generic]] = {
     "FP32": np.float32,
     "BOOL": np.bool_,
 }
+
+
+# A grammar decides where a constrained output ends; past that end nothing is allowed but the end token.
+IGNORE_EOS_WITH_CONSTRAINT = (
+    f"{IGNORE_EOS} cannot be combined with a constraint or tools: the constraint decides where the output ends"
+)
 
 
 def client_datatype(triton_type: str) -> str:
@@ -198,10 +206,13 @@ class GenerationRequest:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
     tools: ToolRequest | None = None  # functions the output may call, in the model's own format
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"enable_thinking": false}
+    ignore_eos: bool = False  # end tokens do not end the output; max_tokens does (unconstrained only)
 
     def __post_init__(self) -> None:
         if [self.prompt, self.messages, self.prompt_token_ids].count(None) != 2:
             raise WireError(f"send exactly one of {TEXT_INPUT!r}, {CHAT_MESSAGES!r} and {INPUT_IDS!r}")
+        if self.ignore_eos and (self.guide is not None or self.tools is not None):
+            raise WireError(IGNORE_EOS_WITH_CONSTRAINT)
 
 
 @dataclass(frozen=True)
@@ -297,6 +308,8 @@ def encode_request(request: GenerationRequest) -> dict[str, Array]:
         tensors[TOOLS] = _scalar(TOOLS, request.tools.to_json())
     if request.chat_template_kwargs:
         tensors[CHAT_TEMPLATE_KWARGS] = _scalar(CHAT_TEMPLATE_KWARGS, json.dumps(request.chat_template_kwargs))
+    if request.ignore_eos:
+        tensors[IGNORE_EOS] = _scalar(IGNORE_EOS, True)
     return tensors
 
 
@@ -492,6 +505,7 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
             tools = ToolRequest.from_json(_text(tools_value, TOOLS))
         except ValueError as exc:
             raise WireError(f"{TOOLS!r}: {exc}") from None
+    ignore_eos_value = _one(get, IGNORE_EOS)
     kwargs_value = _one(get, CHAT_TEMPLATE_KWARGS)
     template_kwargs: Any = {}
     if kwargs_value is not None and _text(kwargs_value, CHAT_TEMPLATE_KWARGS):
@@ -519,6 +533,7 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
         logit_bias=() if bias_value is None else _logit_bias(_text(bias_value, LOGIT_BIAS)),
         tools=tools,
         chat_template_kwargs=template_kwargs,
+        ignore_eos=bool(ignore_eos_value) if ignore_eos_value is not None else False,
     )
     _check_bounds(request)
     return request

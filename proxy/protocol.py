@@ -207,6 +207,11 @@ class GenerationRequestBase(RequestBody):
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
     guided_whitespace_pattern: str | None = None
+    ignore_eos: bool = Field(
+        False,
+        description="Extension (vLLM): end tokens do not end the output, max_tokens does (benchmarks send it); "
+        "not with a constraint or tools.",
+    )
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:

@@ -249,6 +249,8 @@ def _generation(
     request: GenerationRequestBase, constraint: Constraint | None, inputs: _Inputs
 ) -> wire.GenerationRequest:
     _log_unknown_fields(request)
+    if request.ignore_eos and (constraint is not None or inputs.tools is not None):
+        raise InvalidRequestError(wire.IGNORE_EOS_WITH_CONSTRAINT, param="ignore_eos")
     return wire.GenerationRequest(
         prompt=inputs.prompt,
         messages=inputs.messages,
@@ -270,6 +272,7 @@ def _generation(
         logit_bias=tuple((int(token), bias) for token, bias in (request.logit_bias or {}).items()),
         tools=inputs.tools,
         chat_template_kwargs=inputs.template_kwargs,
+        ignore_eos=request.ignore_eos,
     )
 
 

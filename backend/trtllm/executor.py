@@ -70,9 +70,9 @@ def executor_request(trtllm: Any, request: EngineRequest, model: TrtllmModel, cl
             frequency_penalty=sampling.frequency_penalty or None,
         ),
         output_config=trtllm.OutputConfig(exclude_input_from_output=True),
-        end_id=eos[0],
+        end_id=-1 if request.ignore_eos else eos[0],  # -1: no end token, as TensorRT-LLM's LLM API sends it
         pad_id=model.pad_token_id if model.pad_token_id is not None else eos[0],
-        stop_words=[[token] for token in eos[1:]] or None,
+        stop_words=None if request.ignore_eos else [[token] for token in eos[1:]] or None,
         client_id=client_id,
         logits_post_processor_name=trtllm.Request.BATCHED_POST_PROCESSOR_NAME if hooked else None,
     )

@@ -46,6 +46,7 @@ def sampling_params(
         frequency_penalty=sampling.frequency_penalty or None,
         detokenize=False,  # we detokenize, so stop strings and UTF-8 behave as on every engine
         logits_processor=processor,
+        ignore_eos=request.ignore_eos,
     )
 
 

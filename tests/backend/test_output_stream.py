@@ -55,3 +55,15 @@ def test_thinking_cut_short_is_all_thinking(tokenizer: Any) -> None:
     final, _ = generate(tokenizer, "Let me think about it at length", "deepseek_r1", max_tokens=4)
     assert final.finish_reason is FinishReason.LENGTH
     assert final.reasoning_tokens == final.completion_tokens == 4
+
+
+def test_ignore_eos_runs_past_end_tokens_to_max_tokens(tokenizer: Any) -> None:
+    eos = tokenizer.eos_token_id
+    hello = tokenizer.encode("Hello", add_special_tokens=False)[0]
+    for ignore_eos, expected in ((False, (FinishReason.STOP, 2)), (True, (FinishReason.LENGTH, 5))):
+        request = EngineRequest("r", prompt_ids=(1,), max_tokens=5, sampling=SamplingParams(), ignore_eos=ignore_eos)
+        stream = OutputStream(request, RecordingSink(), *OutputStream.parts(request, tokenizer))
+        finals = [stream.push(token, {eos}, max_model_len=1000) for token in [hello, eos, hello, eos, hello]]
+        final = next(f for f in finals if f is not None)
+        assert (final.finish_reason, final.completion_tokens) == expected
+        assert final.text.count("Hello") == (3 if ignore_eos else 1)  # the end token writes no text

@@ -149,6 +149,14 @@ def test_a_logit_bias_reaches_the_engine(service: GenerationService) -> None:
     assert sink.text == " banana" * 3
 
 
+def test_ignore_eos_reaches_tensorrt_llm(service: GenerationService, tokenizer: Any) -> None:
+    forced_end = ((tokenizer.eos_token_id, 100.0),)  # the toy model then always picks the end token
+    ended = run(service, prompt="Hello", max_tokens=4, logit_bias=forced_end)
+    assert (ended.outputs[-1].finish_reason, ended.outputs[-1].completion_tokens) == (FinishReason.STOP, 0)
+    ignored = run(service, prompt="Hello", max_tokens=4, logit_bias=forced_end, ignore_eos=True)
+    assert (ignored.outputs[-1].finish_reason, ignored.outputs[-1].completion_tokens) == (FinishReason.LENGTH, 4)
+
+
 def test_a_cancelled_request_stops_and_ends_with_a_final_response_without_a_reason(service: GenerationService) -> None:
     sink = run(service, RecordingSink(cancel_after=2), prompt="Hello", max_tokens=500, stream=True)
     assert sink.error is None

@@ -68,11 +68,12 @@ def generation_requests(draw: st.DrawFn) -> wire.GenerationRequest:
         frequency_penalty=draw(float32s),
         stop=tuple(draw(st.lists(texts.filter(bool), max_size=5))),
         guide_type=draw(st.none() | st.sampled_from(list(wire.GuideType))),
-        guide=draw(st.none() | texts),
+        guide=(guide := draw(st.none() | texts)),
         logprobs=(logprobs := draw(st.booleans())),
         prompt_logprobs=(prompt_logprobs := draw(st.booleans())),
         top_logprobs=draw(st.integers(0, 20)) if logprobs or prompt_logprobs else 0,
         logit_bias=tuple(draw(st.dictionaries(st.integers(0, 2**40), st.floats(-100, 100), max_size=4)).items()),
+        ignore_eos=draw(st.booleans()) if guide is None else False,
     )
 
 
@@ -328,3 +329,14 @@ def test_config_pbtxt_is_one_request_per_batch_and_decoupled() -> None:
 def test_integers_outside_int32_are_refused_not_wrapped(max_tokens: int) -> None:
     with pytest.raises(wire.WireError, match="max_tokens"):
         wire.encode_request(wire.GenerationRequest(prompt="x", max_tokens=max_tokens))
+
+
+def test_ignore_eos_with_a_constraint_is_refused_for_triton_clients_too() -> None:
+    tensors = {
+        wire.TEXT_INPUT: _bytes(b"hi"),
+        wire.GUIDE_TYPE: _bytes(b"regex"),
+        wire.GUIDE: _bytes(b"a+"),
+        wire.IGNORE_EOS: np.array([[True]]),
+    }
+    with pytest.raises(wire.WireError, match="ignore_eos cannot be combined with a constraint"):
+        wire.decode_request(_getter(tensors))

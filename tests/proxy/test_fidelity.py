@@ -204,6 +204,23 @@ async def test_logit_bias_reaches_the_backend(sdk: openai.AsyncOpenAI, client: S
     assert client.requests[0].logit_bias == ((42, 5.0), (7, -100.0))
 
 
+async def test_ignore_eos_reaches_the_backend(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
+    """What aiperf and vLLM's benchmarks send for fixed output lengths."""
+    await sdk.completions.create(model=MODEL, prompt="x", max_tokens=8, extra_body={"ignore_eos": True})
+    await sdk.chat.completions.create(model=MODEL, messages=MESSAGES, extra_body={"ignore_eos": True})
+    assert [request.ignore_eos for request in client.requests] == [True, True]
+
+
+async def test_ignore_eos_with_a_constraint_is_a_400(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    for extra in ({"response_format": {"type": "json_object"}}, {"tools": [tool]}):
+        body: dict[str, Any] = {"model": MODEL, "messages": USER, "ignore_eos": True, **extra}
+        response = await http.post("/v1/chat/completions", json=body)
+        assert response.status_code == 400, extra
+        assert response.json()["error"]["param"] == "ignore_eos"
+    assert client.requests == []
+
+
 async def test_bad_logit_bias_is_a_400(http: httpx.AsyncClient) -> None:
     for bias in ({"x": 1}, {"1": 101}, {"1": "high"}):
         body: dict[str, Any] = {"model": MODEL, "messages": USER, "logit_bias": bias}

@@ -190,7 +190,8 @@ class LLM:
             self.processor_calls += 1
             processor(active.internal_id, logits, [list(active.tokens)], None, None)
         token = ToyModel.sample(logits.view(-1), params.temperature, active.generator)
-        stops = {params.end_id, *(params.stop_token_ids or [])}
+        # TensorRT-LLM's executor worker: end_id -1 and no stop words under ignore_eos
+        stops = set() if params.ignore_eos else {params.end_id, *(params.stop_token_ids or [])}
         if token in stops:
             self._finish(active, [], "stop")
             return
