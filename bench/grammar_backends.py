@@ -163,6 +163,7 @@ class Coverage:
     compile_ms: list[float] = field(default_factory=list)
     mask_us: list[float] = field(default_factory=list)
     not_compiled: dict[str, str] = field(default_factory=dict)
+    wrong: dict[str, tuple[int, int]] = field(default_factory=dict)  # schema -> (valid rejected, invalid accepted)
 
     def summary(self, schemas: int) -> dict[str, Any]:
         return {
@@ -181,6 +182,7 @@ class Coverage:
                 "mean": statistics.fmean(self.mask_us) if self.mask_us else float("nan"),
             },
             "not_compiled": self.not_compiled,
+            "wrong": self.wrong,
         }
 
 
@@ -214,15 +216,40 @@ def coverage(
         result.compile_ms.append((time.perf_counter() - started) * 1e3)
         result.compiled += 1
         compiled[name] = grammar
+        valid_rejected = invalid_accepted = 0
         for test in entry.get("tests", []):
             tokens = encode(instance_text(test["data"]))
             if test["valid"]:
                 result.valid_total += 1
-                result.valid_accepted += follows(backend, grammar, tokens, mask, result.mask_us)
+                valid_rejected += not follows(backend, grammar, tokens, mask, result.mask_us)
             else:
                 result.invalid_total += 1
-                result.invalid_rejected += not follows(backend, grammar, tokens, mask, None)
+                invalid_accepted += follows(backend, grammar, tokens, mask, None)
+        result.valid_accepted += sum(t["valid"] for t in entry.get("tests", [])) - valid_rejected
+        result.invalid_rejected += sum(not t["valid"] for t in entry.get("tests", [])) - invalid_accepted
+        if valid_rejected or invalid_accepted:
+            result.wrong[name] = (valid_rejected, invalid_accepted)
     return result, compiled
+
+
+def on_common_schemas(
+    schemas: Sequence[tuple[str, dict[str, Any]]], results: dict[str, Coverage], compiled: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """Each library's wrong answers over the schemas every library compiled, so the counts compare."""
+    common = set.intersection(*(set(grammars) for grammars in compiled.values()))
+    tests = [t for name, entry in schemas if name in common for t in entry.get("tests", [])]
+    return {
+        "schemas": len(common),
+        "valid_total": sum(t["valid"] for t in tests),
+        "invalid_total": sum(not t["valid"] for t in tests),
+        **{
+            library: {
+                "valid_rejected": sum(v for name, (v, _) in result.wrong.items() if name in common),
+                "invalid_accepted": sum(i for name, (_, i) in result.wrong.items() if name in common),
+            }
+            for library, result in results.items()
+        },
+    }
 
 
 def batch_paths(
@@ -289,15 +316,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         "batched_fill_us": {},
     }
     compiled: dict[str, dict[str, Any]] = {}
+    results: dict[str, Coverage] = {}
     for library in (guidance, xgr_vllm):  # one compile per library; the other xgrammar callers reuse it
         result, compiled[library.name] = coverage(library, schemas, encode, vocab)
+        results[library.name.split("_")[0]] = result
         report["coverage"][library.name.split("_")[0]] = result.summary(len(schemas))
         write_report(arguments.out / f"{arguments.name}.json", report)  # a run cut short keeps what it measured
         logger.info(
             "%s: %s",
             library.name,
-            json.dumps({k: v for k, v in result.summary(len(schemas)).items() if k != "not_compiled"}),
+            json.dumps({k: v for k, v in result.summary(len(schemas)).items() if k not in ("not_compiled", "wrong")}),
         )
+    report["on_common_schemas"] = on_common_schemas(schemas, results, compiled)
     mask = np.zeros((1, (vocab + 31) // 32), dtype=np.int32)
 
     def accepted_by_both(name: str, tokens: list[int]) -> bool:

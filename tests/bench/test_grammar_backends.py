@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from bench.grammar_backends import STEPS, Llguidance, batch_paths, batched_fill, coverage, hf_tokenizer
+from bench.grammar_backends import (
+    STEPS,
+    Coverage,
+    Llguidance,
+    batch_paths,
+    batched_fill,
+    coverage,
+    hf_tokenizer,
+    on_common_schemas,
+)
 from bench.llama_model import tokenizer_folder
 
 SCHEMA = {
@@ -40,6 +49,16 @@ def test_coverage_counts_valid_accepted_and_invalid_rejected(hf: Any) -> None:
     assert (summary["valid_accepted"], summary["valid_total"]) == (1, 1)
     assert (summary["invalid_rejected"], summary["invalid_total"]) == (2, 2)
     assert "broken" in summary["not_compiled"] and summary["mask_us"]["tokens"] > 0
+    assert summary["wrong"] == {}
+
+
+def test_wrong_answers_are_compared_over_the_schemas_both_compiled() -> None:
+    schemas = [("a", ENTRY), ("b", ENTRY)]
+    strict, lax = Coverage(), Coverage(wrong={"a": (0, 1), "b": (1, 0)})
+    common = on_common_schemas(schemas, {"strict": strict, "lax": lax}, {"strict": {"a": 1}, "lax": {"a": 1, "b": 1}})
+    assert (common["schemas"], common["valid_total"], common["invalid_total"]) == (1, 1, 2)
+    assert common["lax"] == {"valid_rejected": 0, "invalid_accepted": 1}  # b is not common: its miss is not counted
+    assert common["strict"] == {"valid_rejected": 0, "invalid_accepted": 0}
 
 
 def test_a_batch_steps_every_sequence_along_its_valid_path(hf: Any) -> None:
@@ -53,4 +72,3 @@ def test_a_batch_steps_every_sequence_along_its_valid_path(hf: Any) -> None:
 
 def encode(hf: Any) -> Any:
     return lambda text: list(hf.encode(text, add_special_tokens=False))
-
