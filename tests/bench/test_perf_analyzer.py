@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from bench.harness import ROOT
-from bench.layers import SHIPPED_DATA, layer_requests, perf_analyzer_data, perf_analyzer_figures
+from bench.layers import SHIPPED_DATA, layer_requests
+from bench.perf_analyzer_layer import perf_analyzer_data, perf_analyzer_figures
 from llgtriton import wire
 
 SHIPPED = ROOT / "bench" / "perf_analyzer"
