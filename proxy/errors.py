@@ -106,8 +106,12 @@ class InternalError(ProxyError):
     type = "internal_error"
 
 
+MAX_MESSAGE_CHARS = 2000  # messages echo what the client sent (an id, a model name): a huge one is cut
+
+
 def error_body(error: ProxyError) -> dict[str, Any]:
-    return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
+    message = error.message if len(error.message) <= MAX_MESSAGE_CHARS else error.message[:MAX_MESSAGE_CHARS] + " [...]"
+    return {"error": {"message": message, "type": error.type, "param": error.param, "code": error.code}}
 
 
 def as_proxy_error(error: BaseException) -> ProxyError:

@@ -215,6 +215,13 @@ async def test_an_unknown_previous_response_is_a_404(http: httpx.AsyncClient) ->
     )
 
 
+async def test_a_huge_unknown_id_is_not_echoed_whole(http: httpx.AsyncClient) -> None:
+    body = {"model": MODEL, "input": "x", "previous_response_id": "resp_" + "x" * 500_000}
+    response = await http.post("/v1/responses", json=body)
+    assert response.status_code == 404
+    assert len(response.json()["error"]["message"]) < 2100 and len(response.content) < 3000
+
+
 async def test_stored_responses_can_be_read_listed_and_deleted(sdk: openai.AsyncOpenAI) -> None:
     created = await sdk.responses.create(model=MODEL, input=[{"role": "user", "content": f"m{i}"} for i in range(3)])
     fetched = await sdk.responses.retrieve(created.id)
