@@ -8,6 +8,7 @@ from tests.clients.conftest import function_calls
 from tests.clients.models import PROMPT, WEATHER_PROMPT, Person, WeatherQuery
 
 MAX_TOKENS = 120
+AUTO_MAX_TOKENS = 48  # room for one call; the 135M model answers in text, cut here (seconds saved)
 
 
 def test_parse_returns_the_model(client: openai.OpenAI, model: str) -> None:
@@ -60,7 +61,7 @@ def test_auto_gives_text_or_calls_that_validate(client: openai.OpenAI, model: st
         model=model,
         messages=[{"role": "user", "content": WEATHER_PROMPT}],
         tools=[openai.pydantic_function_tool(WeatherQuery)],
-        max_tokens=MAX_TOKENS,
+        max_tokens=AUTO_MAX_TOKENS,
         temperature=0,
     )
     message = completion.choices[0].message

@@ -180,8 +180,8 @@ def test_required_tool_calls_streamed_match_whole(client: openai.OpenAI) -> None
 
 
 def test_auto_tool_choice_gives_text_or_valid_calls(client: openai.OpenAI) -> None:
-    response = client.chat.completions.create(
-        model=MODEL, messages=ASK_WEATHER, temperature=0, max_tokens=200, tools=[WEATHER_TOOL]
+    response = client.chat.completions.create(  # 64 tokens hold a call; greedy SmolLM2 answers in text, cut there
+        model=MODEL, messages=ASK_WEATHER, temperature=0, max_tokens=64, tools=[WEATHER_TOOL]
     )
     message = response.choices[0].message
     if message.tool_calls:
