@@ -24,6 +24,7 @@ from llgtriton.wire import GenerationOutput
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_START_TIMEOUT_S = 600.0
+STORE_FLAG = "--proxy-responses-store={0.parent}/responses.sqlite3"
 
 
 def free_port() -> int:
@@ -122,14 +123,18 @@ def triton_ports_argv(http_port: int, grpc_port: int, metrics_port: int) -> list
 
 
 def start_server(log: Path, *extra: str) -> RunningServer:
-    """``llgtriton serve`` exactly as ``make serve`` runs it, on free ports."""
+    """``llgtriton serve`` exactly as ``make serve`` runs it, on free ports, with a Responses store of its
+    own beside ``log`` unless ``extra`` names one: a server the user keeps running (``make serve``)
+    never shares its stored responses with the tests' servers."""
     ports = [free_port() for _ in range(4)]
     proxy_port, http_port, grpc_port, metrics_port = ports
+    own_store = [] if any(arg.startswith("--proxy-responses-store") for arg in extra) else [STORE_FLAG.format(log)]
     argv = [
         "serve",
         f"--proxy-port={proxy_port}",
         f"--proxy-triton-url=127.0.0.1:{grpc_port}",
         *triton_ports_argv(http_port, grpc_port, metrics_port),
+        *own_store,
         *extra,
     ]
     process = start_process(log, argv, f"http://127.0.0.1:{proxy_port}/ready")

@@ -33,7 +33,6 @@ def tokenizer(loaded_model: Any) -> Any:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    folder = tmp_path_factory.mktemp("server")
-    running = start_server(folder / "serve.log", f"--proxy-responses-store={folder / 'responses.sqlite3'}")
+    running = start_server(tmp_path_factory.mktemp("server") / "serve.log")
     yield running
     stop_server(running)

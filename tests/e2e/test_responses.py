@@ -12,6 +12,8 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
+from bench.harness import RunningServer
+
 pytestmark = pytest.mark.e2e
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -35,7 +37,9 @@ class City(BaseModel):
 
 
 def test_create_answers_in_text_and_reports_usage(client: openai.OpenAI) -> None:
-    response = client.responses.create(model=MODEL, input="Say hello.", instructions="Be brief.", max_output_tokens=8)
+    response = client.responses.create(
+        model=MODEL, input="Say hello.", instructions="Be brief.", max_output_tokens=8, temperature=0
+    )  # greedy: a sampled answer may be an end token alone
     assert response.status in ("completed", "incomplete")
     assert response.output_text and response.usage is not None
     assert response.usage.output_tokens <= 8 and response.usage.input_tokens > 0
@@ -75,7 +79,7 @@ def test_a_tool_round_trip_through_previous_response_id(client: openai.OpenAI) -
     results: Any = [{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"} for call in calls]
     second = client.responses.create(
         model=MODEL, previous_response_id=first.id, input=results, tools=[WEATHER], tool_choice="none",
-        max_output_tokens=20,
+        max_output_tokens=20, temperature=0,
     )  # fmt: skip
     assert second.output_text and not [item for item in second.output if item.type == "function_call"]
     listed = client.responses.input_items.list(second.id, order="asc")
@@ -84,6 +88,12 @@ def test_a_tool_round_trip_through_previous_response_id(client: openai.OpenAI) -
         *["function_call"] * len(calls),
         *["function_call_output"] * len(calls),
     ]
+
+
+def test_the_tests_server_keeps_its_responses_beside_its_log(client: openai.OpenAI, server: RunningServer) -> None:
+    """Not in the user's store (``~/.cache/llgtriton``), which a ``make serve`` beside the tests also uses."""
+    client.responses.create(model=MODEL, input="Hi", max_output_tokens=2, temperature=0)
+    assert (server.log.parent / "responses.sqlite3").stat().st_size > 0
 
 
 def test_without_storing_nothing_is_kept(client: openai.OpenAI) -> None:
