@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import InvalidRequest
+from backend.guidance_tokenizer import control_tokens
 from backend.model_loader import ModelLoadError
 from llgtriton.messages import ChatMessage
 from llgtriton.reasoning import REASONING_FORMATS, ReasoningFormat, detect_reasoning
@@ -117,10 +118,9 @@ def _template_text(template: Any) -> str:
 
 
 def special_token_ids(tokenizer: Any, texts: Sequence[str]) -> dict[str, int]:
-    """Those of ``texts`` that are each one special token of ``tokenizer`` (which its decoder skips), with their ids."""
-    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    special = {str(token): int(token_id) for token_id, token in added.items() if getattr(token, "special", False)}
-    return {text: special[text] for text in texts if text in special}
+    """Those of ``texts`` that are each one control token of ``tokenizer`` (no text is read as one), with their ids."""
+    control = control_tokens(tokenizer)
+    return {text: control[text] for text in texts if text in control}
 
 
 def _native(message: ChatMessage, form: ToolCallFormat) -> dict[str, Any]:

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import llguidance
-import llguidance.hf
 import llguidance.numpy  # not llguidance.torch: importing it runs torch.compile (slow, and warns)
 import numpy as np
 import torch
 from llguidance import LLMatcher, LLTokenizer
 
 from backend.errors import InvalidRequest, Unavailable
+from backend.guidance_tokenizer import guidance_tokenizer
 from backend.masking import BitmaskApplier, CpuBitmaskApplier
 from llgtriton.guides import CompilerBusy, GuideError, llguidance_panics_refused, on_compile_thread, short
 
@@ -165,7 +165,7 @@ class GuidanceLogitsProcessor:
         mask_threads: int | None = None,
     ) -> GuidanceLogitsProcessor:
         """Build llguidance's tokenizer with the logits width and the engine's end-of-sequence tokens."""
-        tokenizer = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=vocab_size, eos_token=sorted(eos_token_ids))
+        tokenizer = guidance_tokenizer(hf_tokenizer, vocab_size, eos_token_ids)
         return cls(tokenizer, vocab_size, max_batch_size, applier=applier, mask_threads=mask_threads)
 
     @property
@@ -233,6 +233,13 @@ class GuidanceLogitsProcessor:
 
     def is_constrained(self, client_id: int) -> bool:
         return client_id in self._states
+
+    def is_accepting(self, client_id: int) -> bool:
+        """Whether the tokens the request's matcher has consumed form a complete output."""
+        if self._prefetched is not None and client_id in self._prefetched[0]:
+            self._wait_for_prefetch()  # (the worker may be consuming this request's token)
+        state = self._states.get(client_id)
+        return state is not None and state.error is None and state.matcher.is_accepting()
 
     def consume(self, client_id: int, tokens: Sequence[int]) -> None:
         """Bring a request's matcher up to date with ``tokens``, the request's whole token list

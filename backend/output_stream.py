@@ -12,6 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from backend.detokenizer import Decoder, IncrementalDetokenizer
+from backend.output_grammar import OutputGrammar
 from backend.requests import EngineRequest, ResponseSink
 from backend.stop_strings import StopStringFilter
 from llgtriton.reasoning import ReasoningSplitter
@@ -56,6 +57,12 @@ class OutputStream:
     prompt_logprobs: PromptLogprobs | None = None  # not sent yet: they go with the first response
     reasoning_tokens: int = 0  # of the generated tokens, those of the thinking
     thinking: ReasoningSplitter | None = None  # follows the thinking, for a request whose output thinks
+    grammar: OutputGrammar | None = None  # where a constrained output may end
+
+    def __post_init__(self) -> None:
+        if self.grammar is not None:
+            grammar = self.grammar
+            self.stop_filter.may_stop = lambda before: grammar.completes("".join(self.text) + before)
 
     @staticmethod
     def parts(request: EngineRequest, decoder: Decoder) -> tuple[IncrementalDetokenizer, StopStringFilter]:
@@ -80,9 +87,14 @@ class OutputStream:
         )
 
     def push(self, token: int, eos: Collection[int], max_model_len: int) -> GenerationOutput | None:
-        """Take the next sampled token; stream its text. Returns the final response once the request is over."""
+        """Take the next sampled token; stream its text. Returns the final response once the request is over.
+
+        Raises :class:`~backend.output_grammar.IncompleteOutput` for an end token where the output's
+        grammar is incomplete: the request then fails, never answering ``stop`` for broken output."""
         self.generated.append(token)
         if token in eos and not self.request.ignore_eos:
+            if self.grammar is not None:
+                self.grammar.check_complete()
             return self.final(FinishReason.STOP, self.drain())
         piece = self.detokenizer.push(token)
         self._count_thinking(piece)

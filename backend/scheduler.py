@@ -37,6 +37,7 @@ from backend.constraints import Guidance
 from backend.detokenizer import Decoder
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
+from backend.output_grammar import IncompleteOutput, OutputGrammar
 from backend.output_stream import OutputStream, deliver, deliver_failure, is_cancelled
 from backend.requests import EngineRequest, ResponseSink
 from backend.sampling import (
@@ -275,11 +276,13 @@ class Scheduler:
             stream = OutputStream(request, sink, detokenizer, stop_filter, prompt_logprobs=prompt_logprobs)
             deliver(sink, stream.output("", FinishReason.LENGTH), final=True)
             return None
+        grammar = None
         if request.grammar is not None:
             if self._guidance is None:
                 deliver_failure(sink, InvalidRequest("this engine has no constraint support"))
                 return None
             assert waiting.matcher is not None  # submit() compiled it, or found it in the cache
+            grammar = self._output_grammar(seq_id, request, waiting.matcher)
             self._guidance.processor.add(seq_id, waiting.matcher, len(request.prompt_ids))
         seq = _Sequence(
             request,
@@ -287,11 +290,23 @@ class Scheduler:
             detokenizer,
             stop_filter,
             prompt_logprobs=prompt_logprobs,
+            grammar=grammar,
             seq_id=seq_id,
             generator=make_generator(request.sampling.seed, self._engine.device),
         )
         self._running.append(seq)
         return seq
+
+    def _output_grammar(self, seq_id: int, request: EngineRequest, matcher: LLMatcher) -> OutputGrammar:
+        assert self._guidance is not None
+        processor = self._guidance.processor
+        tags = {self._decoder.decode([token], skip_special_tokens=False): token for token in request.kept_tokens}
+        return OutputGrammar(
+            lambda: processor.is_accepting(seq_id),
+            matcher.deep_copy() if request.stop else None,
+            processor.tokenizer,
+            tags,
+        )
 
     def _sample(self, rows: list[tuple[_Sequence, torch.Tensor]]) -> list[tuple[_Sequence, int]]:
         """A token for every row whose request is still healthy.
@@ -359,7 +374,12 @@ class Scheduler:
 
     def _advance(self, seq: _Sequence, token: int) -> None:
         """Emit ``token``, the next token of ``seq``: detokenize, check stop conditions, respond."""
-        final = seq.push(token, self._eos, self._max_model_len)
+        try:
+            final = seq.push(token, self._eos, self._max_model_len)
+        except IncompleteOutput as exc:
+            logger.error("request %s: %s", seq.request.request_id, exc)
+            self._abort(seq, exc)
+            return
         if final is not None:
             self._release(seq)
             deliver(seq.sink, final, final=True)

@@ -37,6 +37,21 @@ def _head(arguments_key: str) -> re.Pattern[str]:
     return re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"' + re.escape(arguments_key) + r'"\s*:\s*')
 
 
+def _head_prefixes(names: Sequence[str], arguments_key: str) -> re.Pattern[str]:
+    """Matches (whole) every text that could still grow into a call's head, per :func:`_head`."""
+    opening = [r"\{", r"\s*", '"', *"name", '"', r"\s*", ":", r"\s*", '"']
+    closing = ['"', r"\s*", ",", r"\s*", '"', *map(re.escape, arguments_key), '"', r"\s*", ":"]
+
+    def nested(atoms: list[str]) -> str:
+        pattern = ""
+        for atom in reversed(atoms):
+            pattern = f"{atom}(?:{pattern})?" if pattern else atom
+        return pattern
+
+    chains = [nested([*opening, *map(re.escape, name), *closing]) for name in names]
+    return re.compile("|".join(f"(?:{chain})" for chain in chains))
+
+
 def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
@@ -229,17 +244,29 @@ def read_answer(
     if plan.mode is ToolMode.NAMED:
         return ReadAnswer("", [ParsedCall(plan.functions[0].name, text)] if text else [])
     content = ""
-    if _triggered(plan, form):
-        found = _find_trigger(text, form.trigger, form.trigger_is_call)
+    names = [f.name for f in plan.functions]
+    if _triggered(plan, form) and _answers_or_calls_by_head(plan, form):
+        head = _head(form.arguments_key).match(text)
+        if head is None and not (cut_short and _head_prefixes(names, form.arguments_key).fullmatch(text)):
+            return ReadAnswer(text, None)  # the answer, though it opens with "{" as calls do
+    elif _triggered(plan, form):
+        at_start = form.trigger_is_call or plan.calls_at_start_only
+        found = _find_trigger(text, form.trigger, at_start)
         if found < 0:
             cut_trigger = cut_short or plan.mode is not ToolMode.AUTO
-            cut = _partial_trigger(text, form.trigger, form.trigger_is_call) if cut_trigger else 0
+            cut = _partial_trigger(text, form.trigger, at_start) if cut_trigger else 0
             return ReadAnswer(text[: len(text) - cut], [] if cut else None)
         content, text = text[:found], text[found if form.trigger_is_call else found + len(form.trigger) :]
-    reader = CallListReader([f.name for f in plan.functions], form)
+    reader = CallListReader(names, form)
     reader.feed(text)
     reader.finish()
     return ReadAnswer(content, reader.calls)
+
+
+def _answers_or_calls_by_head(plan: ToolPlan, form: ToolCallFormat) -> bool:
+    """Whether a JSON answer and the calls both open with "{" (``llama3_json`` under ``auto`` with a JSON
+    answer format): then the output is calls when it opens with a call's head, else the answer."""
+    return plan.calls_at_start_only and form.trigger_is_call
 
 
 def _triggered(plan: ToolPlan, form: ToolCallFormat) -> bool:
@@ -270,7 +297,12 @@ class ToolCallStream:
         self._plan = plan
         self._trigger = form.trigger
         self._keeps_trigger = form.trigger_is_call
-        self._reader = CallListReader([f.name for f in plan.functions], form)
+        self._at_start_only = form.trigger_is_call or plan.calls_at_start_only  # as the grammar allows calls
+        names = [f.name for f in plan.functions]
+        by_head = _triggered(plan, form) and _answers_or_calls_by_head(plan, form)
+        self._head = _head(form.arguments_key) if by_head else None
+        self._head_prefixes = _head_prefixes(names, form.arguments_key) if by_head else None
+        self._reader = CallListReader(names, form)
         self._pending = ""  # AUTO: text that might still turn out to be the trigger
         self._text_only = False  # AUTO: the answer is text to its end
         self._calling = plan.mode is ToolMode.NAMED or not _triggered(plan, form)
@@ -303,23 +335,39 @@ class ToolCallStream:
         pending = self._pending + text
         if not pending:  # nothing to decide on yet
             return "", ""
-        found = (
-            pending.find(self._trigger) if not self._keeps_trigger else (0 if pending.startswith(self._trigger) else -1)
-        )
+        if self._head is not None and self._head_prefixes is not None:
+            return self._by_head(pending)
+        found = _find_trigger(pending, self._trigger, self._at_start_only)
         if found >= 0:
             self._calling, self._pending = True, ""
             return pending[found if self._keeps_trigger else found + len(self._trigger) :], pending[:found]
-        held = _partial_trigger(pending, self._trigger, self._keeps_trigger)
-        # A format whose trigger opens the answer (the call's own first character): text from now on.
-        self._text_only = self._keeps_trigger and not held
+        held = _partial_trigger(pending, self._trigger, self._at_start_only)
+        # Calls could only have begun where the output began: the answer is text from now on.
+        self._text_only = self._at_start_only and not held
         self._pending = pending[len(pending) - held :]
         return "", pending[: len(pending) - held]
+
+    def _by_head(self, pending: str) -> tuple[str, str]:
+        """An answer and calls that both open with "{": calls once a call's head is read, the answer as
+        soon as the text can no longer become one."""
+        assert self._head is not None and self._head_prefixes is not None
+        if self._head.match(pending):
+            self._calling, self._pending = True, ""
+            return pending, ""
+        if self._head_prefixes.fullmatch(pending):
+            self._pending = pending
+            return "", ""
+        self._text_only, self._pending = True, ""
+        return "", pending
 
     def finish(self, cut_short: bool = False) -> list[ChatDelta]:
         """What is still owed when the generation ends (``cut_short``: by ``max_tokens``); a trigger
         cut short is call syntax, not content, but text that merely ends like one is text."""
         if self._calling and self._plan.mode is not ToolMode.NAMED:
             return [self._delta(piece) for piece in self._reader.finish()]
+        if self._pending and self._head is not None and cut_short:  # a call's head cut short: the call
+            pieces = [*self._reader.feed(self._pending), *self._reader.finish()]
+            return [self._delta(piece) for piece in pieces]
         if self._pending and self._plan.mode is ToolMode.AUTO and not cut_short:
             return [ChatDelta(content=self._pending)]
         return []

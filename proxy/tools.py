@@ -31,6 +31,12 @@ class ToolPlan:
     request: ToolRequest  # what the backend is sent
     guide: str  # the calls' grammar in our own format, compiled here to refuse a bad schema early
     legacy_functions: bool = False  # asked for with ``functions``: answered with ``message.function_call``
+    json_answer: bool = False  # AUTO with a JSON answer format: the output is the answer or calls, whole
+
+    @property
+    def calls_at_start_only(self) -> bool:
+        """Whether calls can begin only where the output begins (the grammar is ``calls | answer``)."""
+        return self.json_answer and self.mode is ToolMode.AUTO
 
     @property
     def mode(self) -> ToolMode:
@@ -83,4 +89,4 @@ def plan_tools(
             raise InvalidRequestError(f"tool_choice names {name!r}, which is not among the tools", param="tool_choice")
         request = ToolRequest(chosen, ToolMode.NAMED, False)
     answer = answer_schema if request.mode is ToolMode.AUTO else None
-    return ToolPlan(request, FORMATS["generic"].grammar(request, answer))
+    return ToolPlan(request, FORMATS["generic"].grammar(request, answer), json_answer=answer is not None)

@@ -92,7 +92,12 @@ class ExecutorRunner:
         )
         self._hook = BatchedHook(processor, sorted(model.eos_token_ids))
         self._runs = Runs(
-            model.tokenizer, model.eos_token_ids, model.max_model_len, stop_engine=self._cancel, release=self._release
+            model.tokenizer,
+            model.eos_token_ids,
+            model.max_model_len,
+            model.guidance_tokenizer,
+            stop_engine=self._cancel,
+            release=self._release,
         )
         self._executor = trtllm.Executor(
             model.model_dir, trtllm.ModelType.DECODER_ONLY, executor_config(trtllm, settings, self._hook)

@@ -21,15 +21,15 @@ import functools
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any, cast
+from typing import Any
 
 import llguidance
-import llguidance.hf
 import llguidance.numpy
 import torch
 from llguidance import LLMatcher, LLTokenizer
 
 from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.guidance_tokenizer import guidance_tokenizer
 from backend.masking import allowed_tokens
 from backend.sampling import apply_logit_bias
 
@@ -59,7 +59,7 @@ def _tokenizer(tokenizer_dir: str, width: int, eos: tuple[int, ...]) -> LLTokeni
     from transformers import AutoTokenizer  # in the engine's process (TensorRT-LLM depends on transformers)
 
     hf_tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    return llguidance.hf.from_tokenizer(cast(Any, hf_tokenizer), n_vocab=width, eos_token=list(eos))
+    return guidance_tokenizer(hf_tokenizer, width, eos)
 
 
 @functools.lru_cache(maxsize=8)

@@ -61,7 +61,9 @@ class LlmApiRunner:
         self._sampling_params_class = sampling_params_class
         self._model = model
         self._max_waiting = max_waiting
-        self._runs = Runs(model.tokenizer, model.eos_token_ids, model.max_model_len, stop_engine=self._abort)
+        self._runs = Runs(
+            model.tokenizer, model.eos_token_ids, model.max_model_len, model.guidance_tokenizer, stop_engine=self._abort
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="llgtriton-trtllm", daemon=True)
         self._stopping = False

@@ -15,13 +15,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-import llguidance.hf
 from llguidance import LLMatcher, LLTokenizer
 
 from backend.constraints import GrammarCache
 from backend.errors import BackendError
+from backend.guidance_tokenizer import guidance_tokenizer
 from backend.model_loader import eos_token_ids
 from llgtriton.prepared import PrepareError, TokenizerOverrides, read_prepared
 from llgtriton.settings import EngineSettings
@@ -130,7 +130,7 @@ def load_model_files(settings: EngineSettings) -> TrtllmModel:
         )
     context = int(context or DEFAULT_CONTEXT)
     eos = _eos_ids(tokenizer, tokenizer_dir)
-    guidance = llguidance.hf.from_tokenizer(cast(Any, tokenizer), n_vocab=vocab_size, eos_token=sorted(eos))
+    guidance = guidance_tokenizer(tokenizer, vocab_size, eos)
     return TrtllmModel(
         kind=kind,
         model_dir=model_dir,

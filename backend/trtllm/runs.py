@@ -17,10 +17,11 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from llguidance import LLMatcher
+from llguidance import LLMatcher, LLTokenizer
 
 from backend.detokenizer import Decoder
 from backend.errors import BackendError, Unavailable
+from backend.output_grammar import IncompleteOutput, OutputGrammar
 from backend.output_stream import OutputStream, deliver, deliver_failure, is_cancelled
 from backend.requests import EngineRequest, ResponseSink
 from llgtriton.wire import FinishReason, GenerationOutput
@@ -45,12 +46,14 @@ class Runs:
         decoder: Decoder,
         eos_token_ids: Collection[int],
         max_model_len: int,
+        guidance_tokenizer: LLTokenizer,
         *,
         stop_engine: Callable[[Run], None],
         release: Callable[[Run], None] = lambda run: None,
     ) -> None:
         """``stop_engine`` cancels a run the engine still works on; ``release`` frees what the adapter holds."""
         self._decoder = decoder
+        self._guidance_tokenizer = guidance_tokenizer
         self._eos = frozenset(eos_token_ids)
         self._max_model_len = max_model_len
         self._stop_engine = stop_engine
@@ -61,7 +64,14 @@ class Runs:
 
     def open(self, request: EngineRequest, sink: ResponseSink, verifier: LLMatcher | None) -> Run:
         detokenizer, stop_filter = OutputStream.parts(request, self._decoder)
-        run = Run(request, sink, detokenizer, stop_filter, client_id=next(self._ids), verifier=verifier)
+        grammar = None
+        if verifier is not None:
+            tags = {self._decoder.decode([token], skip_special_tokens=False): token for token in request.kept_tokens}
+            pristine = verifier.deep_copy() if request.stop else None
+            grammar = OutputGrammar(verifier.is_accepting, pristine, self._guidance_tokenizer, tags)
+        run = Run(
+            request, sink, detokenizer, stop_filter, grammar=grammar, client_id=next(self._ids), verifier=verifier
+        )
         with self._lock:
             self._runs[run.client_id] = run
         return run
@@ -81,7 +91,11 @@ class Runs:
             if run.verifier is not None and not run.verifier.consume_token(token):
                 self._fail_running(run, f"the engine produced token {token}, which the constraint does not allow")
                 break
-            final = run.push(token, self._eos, self._max_model_len)
+            try:
+                final = run.push(token, self._eos, self._max_model_len)
+            except IncompleteOutput as exc:
+                self._fail_running(run, str(exc))
+                break
             if final is not None:
                 self._stop_engine(run)  # a stop string or our length limit: the engine may not know yet
                 self._close(run, final)

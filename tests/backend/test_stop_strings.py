@@ -176,3 +176,53 @@ def test_stop_with_multibyte_characters() -> None:
 
 def test_stop_at_the_very_start_emits_nothing() -> None:
     assert StopStringFilter(["###"]).push("### heading") == ("", True)
+
+
+# Stop strings where a grammar decides (may_stop) ----------------------------------------------
+
+
+def _even_as(text: str) -> bool:
+    """A stand-in for a grammar: the output may end only after an even number of "a"s."""
+    return text.count("a") % 2 == 0
+
+
+def _run_deciding(stops: list[str], chunks: list[str]) -> Run:
+    stop_filter = StopStringFilter(stops)
+    emitted: list[str] = []
+    stop_filter.may_stop = lambda before: _even_as("".join(emitted) + before)
+    for index, chunk in enumerate(chunks):
+        text, stopped = stop_filter.push(chunk)
+        emitted.append(text)
+        if stopped:
+            return Run(emitted, index, "")
+    return Run(emitted, None, stop_filter.flush())
+
+
+def _cut_where_allowed(text: str, stops: list[str]) -> str:
+    ends = sorted(i for stop in stops if stop for i in range(len(text)) if text.startswith(stop, i))
+    allowed = [i for i in ends if _even_as(text[:i])]
+    return text[: allowed[0]] if allowed else text
+
+
+@PROPERTY
+@given(chunkings(), stop_lists.filter(lambda stops: not _interior_containment(stops)))
+@example(("xabab", ["xab", "ab"]), ["ab"])
+@example(("aabab", ["a", "abab"]), ["ab", "ba"])
+def test_a_stop_string_ends_the_output_only_where_the_decider_allows(
+    chunking: tuple[str, list[str]], stops: list[str]
+) -> None:
+    """Elsewhere it is text, released like any other: the output is the text cut at the first
+    occurrence the decider accepts, whatever the chunking."""
+    text, chunks = chunking
+    run = _run_deciding(stops, chunks)
+    assert run.text == _cut_where_allowed(text, stops)
+
+
+def test_a_refused_stop_string_is_released_as_text() -> None:
+    """``may_stop`` sees the text before the stop string in this push's buffer; the caller adds the rest."""
+    stop_filter = StopStringFilter(["}"])
+    stop_filter.may_stop = lambda before: before == '{"a": {"b": 1}'  # the outer brace still to come
+    assert stop_filter.push('{"a": {"b": 1}}, "c"') == ('{"a": {"b": 1}', True)
+    stop_filter = StopStringFilter(["}"])
+    stop_filter.may_stop = lambda before: False
+    assert stop_filter.push('{"a": 1}') == ('{"a": 1}', False)

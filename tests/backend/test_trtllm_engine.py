@@ -129,12 +129,23 @@ def test_streaming_sends_pieces_that_add_up_to_the_text(service: GenerationServi
     assert streamed.text == whole.text
 
 
-def test_a_stop_string_ends_the_output_before_it(service: GenerationService) -> None:
+def test_a_stop_string_ends_free_text_before_it(service: GenerationService) -> None:
+    whole = run(service, prompt="Hello", max_tokens=12).text
+    stop = whole[4:7]
+    sink = run(service, prompt="Hello", max_tokens=12, stop=(stop,))
+    assert sink.outputs[-1].finish_reason == FinishReason.STOP
+    assert sink.text == whole[: whole.index(stop)]
+
+
+def test_a_stop_string_inside_a_constrained_output_is_text(service: GenerationService) -> None:
+    """The JSON is complete only at its end: a stop string before that cannot end it (never ``stop``
+    with broken JSON)."""
     whole = run(service, **json_request()).text
     stop = whole[whole.index(":") :][:3]
     sink = run(service, **json_request(stop=(stop,)))
     assert sink.outputs[-1].finish_reason == FinishReason.STOP
-    assert sink.text == whole[: whole.index(stop)]
+    assert sink.text == whole
+    jsonschema.validate(json.loads(sink.text), SCHEMA)
 
 
 def test_the_same_seed_gives_the_same_output_and_another_seed_another(service: GenerationService) -> None:

@@ -643,3 +643,70 @@ def test_the_name_streams_as_soon_as_it_is_complete(mode: str) -> None:
     arguments = [delta.tool_calls[0].function.arguments for deltas in pieces for delta in deltas if delta.tool_calls]
     assert arguments == ['{"ci', 'ty": "Paris"', "}"]
     assert tool_stream.finish() == []
+
+
+# Under auto with a JSON answer format, calls begin only where the output begins (the grammar is
+# `calls | answer`): the reader agrees, so a trigger inside the answer is the answer's text.
+
+
+def json_answer_plan() -> ToolPlan:
+    request = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": TOOLS, "tool_choice": "auto"}
+    )
+    made = plan_tools(request.tools, request.tool_choice, None, json.dumps({"type": "object"}))
+    assert made is not None and made.calls_at_start_only
+    return made
+
+
+def generic_text(calls: list[tuple[str, dict[str, Any]]], dumps: dict[str, Any]) -> str:
+    return TOOL_CALL_MARKER + json.dumps([{"name": name, "arguments": arguments} for name, arguments in calls], **dumps)
+
+
+ANSWER_WRITERS = {**WRITERS, "generic": generic_text}
+TRIGGERS = ["<tool_call>", "[TOOL_CALLS]", "{", '{"name": "get_weather", "parameters": {}}', "</tool_call>"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(STRING, st.sampled_from(TRIGGERS) | STRING, min_size=1, max_size=3),
+    st.sampled_from(sorted(ANSWER_WRITERS)),
+    st.sampled_from(DUMPS),
+    st.data(),
+)
+def test_a_json_answer_holding_a_trigger_is_the_answer_whole_and_streamed(
+    answer: dict[str, Any], form: str, dumps: dict[str, Any], data: st.DataObject
+) -> None:
+    made = json_answer_plan()
+    text = json.dumps(answer, **dumps)
+    assert read_answer(made, text, FORMATS[form]) == ReadAnswer(text, None)
+    _, result = stream(made, chunked(text, data), form)
+    assert (result.content, result.calls) == (text, [])
+
+
+@settings(max_examples=60, deadline=None)
+@given(CALLS, st.sampled_from(sorted(ANSWER_WRITERS)), st.sampled_from(DUMPS), st.data())
+def test_calls_that_open_the_output_are_calls_beside_a_json_answer_format(
+    calls: list[tuple[str, dict[str, Any]]], form: str, dumps: dict[str, Any], data: st.DataObject
+) -> None:
+    made = json_answer_plan()
+    text = ANSWER_WRITERS[form](calls, dumps)
+    answer = read_answer(made, text, FORMATS[form])
+    assert answer.content == "" and calls_of(answer.calls) == [(name, arguments) for name, arguments in calls]
+    _, result = stream(made, chunked(text, data), form)
+    assert result.content == ""
+    assert [(c["name"], json.loads(c["arguments"])) for c in result.calls] == calls
+
+
+def test_a_llama_answer_opening_with_a_brace_is_content_and_a_head_cut_short_is_a_call() -> None:
+    made, form = json_answer_plan(), FORMATS["llama3_json"]
+    assert read_answer(made, '{"city": "Paris"}', form) == ReadAnswer('{"city": "Paris"}', None)
+    _, result = stream(made, ['{"ci', 'ty": "Paris"}'], "llama3_json")
+    assert (result.content, result.calls) == ('{"city": "Paris"}', [])
+    cut = '{"name": "get_wea'
+    cut_calls = read_answer(made, cut, form, cut_short=True).calls
+    assert cut_calls is not None and [(c.name, c.arguments) for c in cut_calls] == [("get_weather", "")]
+    tool_stream = ToolCallStream(made, form)
+    assert tool_stream.feed(cut) == []
+    assert [d.tool_calls[0].function.name for d in tool_stream.finish(cut_short=True) if d.tool_calls] == [
+        "get_weather"
+    ]
