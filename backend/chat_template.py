@@ -8,6 +8,8 @@ message and earlier calls written as the model writes them (``llgtriton.tool_for
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any
 from backend.errors import InvalidRequest
 from backend.guidance_tokenizer import control_tokens
 from backend.model_loader import ModelLoadError
+from llgtriton.guides import short
 from llgtriton.messages import ChatMessage
 from llgtriton.reasoning import REASONING_FORMATS, ReasoningFormat, detect_reasoning
 from llgtriton.reasoning import TAGS as REASONING_TAGS
@@ -60,6 +63,7 @@ class ChatTemplate:
         # The formats' tags that are special tokens here: grammars must name the tokens themselves.
         tags = (*self.tool_format.tags, *(REASONING_TAGS if self.reasoning is not None else ()))
         self.special_tokens = special_token_ids(tokenizer, tags)
+        self._sanitize = client_text_stays_text(tokenizer)
         if self.special_tokens:
             logger.info("special tokens in the output formats: %s", self.special_tokens)
 
@@ -103,11 +107,26 @@ class ChatTemplate:
                 add_generation_prompt=True,
                 tokenize=True,
                 return_dict=False,
+                **self._sanitize,
                 **{**(template_kwargs or {}), **extra},
             )
         except Exception as exc:  # jinja2 raises TemplateError and raise_exception() messages
-            raise InvalidRequest(f"the chat template rejected the messages: {exc}") from exc
+            raise InvalidRequest(f"the chat template rejected the messages: {short(str(exc))}") from None
         return [int(i) for i in ids]
+
+
+def client_text_stays_text(tokenizer: Any) -> dict[str, bool]:
+    """``apply_chat_template``'s option that encodes the control tokens a client's strings spell
+    (``<|im_end|>`` in a message, a tool result or description) as text, so only the template's own
+    are tokens: no content can close its turn and forge a system one. Older transformers lack it."""
+    if "sanitize_control_tokens" in inspect.signature(tokenizer.apply_chat_template).parameters:
+        return {"sanitize_control_tokens": True}
+    logger.warning(
+        "transformers %s cannot keep client text from becoming control tokens (5.24 can): a message that "
+        "spells one can forge a turn",
+        getattr(importlib.import_module("transformers"), "__version__", "?"),
+    )
+    return {}
 
 
 def _template_text(template: Any) -> str:

@@ -20,6 +20,7 @@ from backend.requests import EngineRequest, ResponseSink, SamplingParams
 from backend.response_pump import ResponsePump
 from backend.telemetry import StepCounters
 from llgtriton.guides import ANY_JSON_OBJECT, GuideError, grammar_for
+from llgtriton.messages import refused_template_variable
 from llgtriton.reasoning import TAGS as REASONING_TAGS
 from llgtriton.reasoning import ReasoningFormat, thinks
 from llgtriton.tool_formats import ToolCallFormat
@@ -233,6 +234,8 @@ class GenerationService:
         return form if thinks(form, request.chat_template_kwargs) else None
 
     def prepare(self, request: GenerationRequest, request_id: str) -> EngineRequest:
+        refused = refused_template_variable(request.chat_template_kwargs)
+        _check(refused is None, refused or "")
         grammar = self.grammar(request)
         reasoning = self.reasoning(request)
         sampling = sampling_params(request)

@@ -55,3 +55,36 @@ def _past_call(call: Any, where: str) -> PastCall:
         arguments = json.dumps(arguments)
     call_id = call.get("id")
     return PastCall(function["name"], arguments, call_id if isinstance(call_id, str) else None)
+
+
+# apply_chat_template's own parameters, and the variables it sets itself: a request's chat_template_kwargs
+# may hold template variables only (``return_tensors`` would change what it returns, ``truncation`` and
+# ``max_length`` cut the prompt). tests/backend/test_chat_template.py checks this against transformers.
+RENDERING_PARAMETERS = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "sanitize_control_tokens",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
+
+
+def refused_template_variable(variables: dict[str, Any]) -> str | None:
+    """Why ``variables`` (a request's ``chat_template_kwargs``) cannot be passed to the template, or None."""
+    for name in variables:
+        if name in RENDERING_PARAMETERS:
+            return f"chat_template_kwargs may hold template variables only; {name!r} is a rendering parameter"
+    return None

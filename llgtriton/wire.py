@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,8 +153,18 @@ class ErrorKind(enum.StrEnum):
     INTERNAL = "internal"
 
 
+MAX_ERROR_CHARS = 500
+# An absolute path of two or more parts (a model folder, a cache file): the server's business, not a client's.
+_PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@+~-]+/)+[\w.@+~-]*")
+
+
 def error_message(kind: ErrorKind, message: str) -> str:
-    return f"[{kind.value}] {message}"
+    """The wire's error text: its kind, then the message's first line (llguidance appends its parser
+    state, a panic its backtrace), paths left out, at most :data:`MAX_ERROR_CHARS` characters."""
+    text = _PATH.sub("<path>", message.strip().split("\n", 1)[0])
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[:MAX_ERROR_CHARS] + " [...]"
+    return f"[{kind.value}] {text}"
 
 
 def parse_error_message(message: str) -> tuple[ErrorKind | None, str]:
@@ -472,7 +483,7 @@ def _logit_bias(payload: str) -> tuple[tuple[int, float], ...]:
         raise WireError(f"{LOGIT_BIAS!r} must be a JSON object of token id to bias")
     bias = []
     for key, value in raw.items():
-        if not (key.isdigit() and isinstance(value, int | float) and not isinstance(value, bool)):
+        if not (key.isascii() and key.isdigit() and isinstance(value, int | float) and not isinstance(value, bool)):
             raise WireError(f"{LOGIT_BIAS!r} maps token ids (digits) to numbers; got {key!r}: {value!r}")
         bias.append((int(key), float(value)))
     return tuple(bias)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from llgtriton.messages import refused_template_variable
 from llgtriton.tools import PastCall, arguments_value
 from llgtriton.wire import (
     LOGIT_BIAS_BOUND,
@@ -236,6 +237,14 @@ class ChatCompletionRequest(GenerationRequestBase):
     chat_template_kwargs: dict[str, Any] | None = Field(
         None, description="Variables for the model's chat template, e.g. {\"enable_thinking\": false} (vLLM's field)."
     )
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_variables_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        refused = refused_template_variable(value or {})
+        if refused is not None:
+            raise ValueError(refused)
+        return value
 
 
 class CompletionRequest(GenerationRequestBase):

@@ -35,10 +35,10 @@ def named_frame(event: BaseModel) -> bytes:
     return b"event: " + kind.encode() + b"\n" + frame(event)
 
 
-def named_error(error: BaseException) -> bytes:
-    """A failure the Responses stream did not report itself, as its ``error`` event."""
+def named_error(error: BaseException, sequence_number: int) -> bytes:
+    """A failure the Responses stream did not report itself, as its ``error`` event (numbered next)."""
     body = error_body(as_proxy_error(error))["error"]
-    data = {"type": "error", "sequence_number": -1, **{k: body[k] for k in ("code", "message", "param")}}
+    data = {"type": "error", "sequence_number": sequence_number, **{k: body[k] for k in ("code", "message", "param")}}
     return b"event: error\ndata: " + json.dumps(data).encode() + b"\n\n"
 
 
@@ -56,9 +56,17 @@ class EventStreamResponse(Response):
         self.background = None
         self.init_headers(_HEADERS)
         self._chunks = chunks
+        self._named = named
         self._frame = named_frame if named else frame
-        self._error = named_error if named else sse_event
         self._done = b"" if named else DONE
+        self._next_sequence = 0  # a Responses stream's: the error event an unreported failure gets
+
+    def _framed(self, chunk: BaseModel) -> bytes:
+        self._next_sequence = int(getattr(chunk, "sequence_number", self._next_sequence - 1)) + 1
+        return self._frame(chunk)
+
+    def _error(self, error: BaseException) -> bytes:
+        return named_error(error, self._next_sequence) if self._named else sse_event(error)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
@@ -78,9 +86,9 @@ class EventStreamResponse(Response):
     async def _stream(self, first: BaseModel, send: Send) -> None:
         """``first`` and the rest; an error mid-stream becomes an error event before [DONE]."""
         try:
-            await send({"type": "http.response.body", "body": self._frame(first), "more_body": True})
+            await send({"type": "http.response.body", "body": self._framed(first), "more_body": True})
             async for chunk in self._chunks:
-                await send({"type": "http.response.body", "body": self._frame(chunk), "more_body": True})
+                await send({"type": "http.response.body", "body": self._framed(chunk), "more_body": True})
         except Exception as exc:
             logger.warning("stream failed: %s", exc)
             await send({"type": "http.response.body", "body": self._error(exc), "more_body": True})

@@ -140,16 +140,19 @@ def test_choice_of_the_empty_string() -> None:
     assert accepts(grammar, "") and accepts(grammar, "x") and not accepts(grammar, "xx")
 
 
-def test_a_choice_beyond_the_earley_row_limit_generates() -> None:
-    """A flat alternation of more than 2,000 strings fails at the first token; the trie does not."""
-    choices = [f"option-{i}" for i in range(5000)]
+@pytest.mark.parametrize("count", [5000, 60_000])
+def test_a_choice_beyond_the_earley_row_and_symbol_limits_generates(count: int) -> None:
+    """As grammar rules, more than 2,000 branches fail at the first token and 65,000 symbols at
+    compilation; as one lexeme, neither limit applies."""
+    choices = [f"option-{i}" for i in range(count)]
     built = matcher(compiled(GuideType.CHOICE, json.dumps(choices)))
     mask = llguidance.numpy.allocate_token_bitmask(1, BYTE_TOKENIZER.vocab_size)
     llguidance.numpy.fill_next_token_bitmask(built, mask, 0)
     assert not built.is_error(), built.get_error()
-    for text in ["option-0", "option-4999", "option-123"]:
-        assert accepts(compiled(GuideType.CHOICE, json.dumps(choices)), text)
-    assert not accepts(compiled(GuideType.CHOICE, json.dumps(choices)), "option-5000")
+    grammar = compiled(GuideType.CHOICE, json.dumps(choices))
+    for text in ["option-0", f"option-{count - 1}", "option-123"]:
+        assert accepts(grammar, text)
+    assert not accepts(grammar, f"option-{count}")
 
 
 def test_choices_nested_as_prefixes_are_refused_by_name() -> None:

@@ -99,3 +99,13 @@ async def test_chat_template_kwargs_reach_the_backend(http: httpx.AsyncClient, c
     message = (await http.post(CHAT, json=body)).json()["choices"][0]["message"]
     assert message == {"role": "assistant", "content": "Four."}
     assert client.requests[0].chat_template_kwargs == {"enable_thinking": False}
+
+
+@pytest.mark.parametrize("name", ["return_tensors", "truncation", "max_length", "tokenize", "messages"])
+async def test_chat_template_kwargs_that_are_rendering_parameters_are_a_400_naming_them(
+    http: httpx.AsyncClient, client: ScriptedClient, name: str
+) -> None:
+    reply = await http.post(CHAT, json=chat_body(chat_template_kwargs={name: 2}))
+    assert reply.status_code == 400
+    assert name in reply.json()["error"]["message"] and reply.json()["error"]["param"] == "chat_template_kwargs"
+    assert client.requests == []

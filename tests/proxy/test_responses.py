@@ -444,3 +444,28 @@ async def test_the_thinking_tokens_are_reported_in_the_usage(sdk: openai.AsyncOp
     chat = await sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
     assert chat.usage is not None and chat.usage.completion_tokens_details is not None
     assert chat.usage.completion_tokens_details.reasoning_tokens == 2
+
+
+async def test_an_error_the_stream_did_not_report_is_numbered_after_the_last_event() -> None:
+    """Such as a store that fails once the output is complete: the ``error`` event continues the count."""
+    from collections.abc import AsyncGenerator
+
+    from pydantic import BaseModel
+
+    from proxy.errors import ServiceUnavailableError
+    from proxy.sse import EventStreamResponse
+
+    class Event(BaseModel):
+        type: str
+        sequence_number: int
+
+    async def events() -> AsyncGenerator[BaseModel]:
+        for number in range(3):
+            yield Event(type="response.output_text.delta", sequence_number=number)
+        raise ServiceUnavailableError("the store failed")
+
+    app = EventStreamResponse(events(), named=True)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http:
+        text = (await http.get("/")).text
+    last = json.loads(text.strip().split("\n\n")[-1].split("data: ", 1)[1])
+    assert (last["type"], last["sequence_number"]) == ("error", 3)

@@ -121,6 +121,9 @@ class TritonPythonModel:
             except (wire.WireError, BackendError) as exc:
                 logger.info("request %s refused: %s", request_id, exc)
                 sink.fail(exc)
+            except Exception as exc:  # a bug: this request fails with a short message, the others go on
+                logger.exception("request %s could not be taken", request_id)
+                sink.fail(BackendError(f"the request could not be taken: {type(exc).__name__}"))
 
     def finalize(self) -> None:
         self._metrics.stop()
