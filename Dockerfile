@@ -63,7 +63,8 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=20m --retries=3 \
     CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://localhost:8000/v2/health/ready', timeout=4)"]
 # Triton's admin APIs (model repository, shared memory, trace, logging) need a key: a random one each
 # start, or LLGTRITON_TRITON_ADMIN_KEY; inference needs LLGTRITON_TRITON_INFERENCE_KEY when that is set.
-CMD ["sh", "-c", "exec tritonserver --model-repository=/opt/llgtriton/model_repository $(python3 -m launcher.triton_server)"]
+# The launcher runs tritonserver with them and hides them from the process list.
+CMD ["python3", "-m", "launcher.triton_server", "--model-repository=/opt/llgtriton/model_repository"]
 
 # --- proxy: the OpenAI API alone, in front of one or more Triton replicas ----------------------
 FROM ${PYTHON_IMAGE} AS proxy

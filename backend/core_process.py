@@ -11,8 +11,9 @@ in batches, one ``send`` per batch, so a step's outputs cost one message. A canc
 stub goes down as a message; the core's sinks read a flag at the next step. The core reports its
 load and step totals twice a second for the metrics.
 
-When the core dies, every request in flight ends with an error and a new core starts; when the
-stub dies, the core sees its pipe close and exits.
+When the core dies, or goes silent (stopped, wedged) for :data:`STUCK_AFTER_S`, every request in
+flight ends with an error and a new core starts; meanwhile the health check says it is unavailable.
+When the stub dies, the core sees its pipe close and exits.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ from llgtriton.wire import ErrorKind, GenerationOutput, GenerationRequest
 logger = logging.getLogger(__name__)
 
 STATUS_INTERVAL_S = 0.5
+# The core reports every STATUS_INTERVAL_S from a thread of its own; silent this long, it is stuck
+# (stopped, or its threads wedged): its requests fail and it is replaced. Before then, a core
+# silent for more than HEALTHY_SILENCE_S makes the health check (and the proxy's /ready) say no.
+STUCK_AFTER_S = 10.0
+HEALTHY_SILENCE_S = 2.0
 CANCEL_POLL_S = 0.005  # how often the stub looks for cancelled requests to tell the core about
 # Without the response pump each look is a round trip to Triton per request: look less often.
 UNPUMPED_CANCEL_POLL_S = 0.02
@@ -244,8 +250,10 @@ class CoreProcess:
         *,
         python: str | None = None,
         target: Callable[[EngineSettings, Connection], None] = run_core,
+        stuck_after_s: float = STUCK_AFTER_S,
     ) -> None:
         self._settings = settings
+        self._stuck_after_s = stuck_after_s
         self._pump = pump
         self._python = python or core_python()
         self._target = target
@@ -257,7 +265,9 @@ class CoreProcess:
         self._earlier = StepTotals()  # of the cores before this one: the totals only ever grow
         self._load = (0, 0)
         self._stopping = threading.Event()
+        self._restarting = False
         self._connection, self._process = self._start()
+        self._heard = time.monotonic()
         self._reader = threading.Thread(target=self._read, name="llgtriton-core-reader", daemon=True)
         self._reader.start()
         self._canceller = threading.Thread(target=self._cancel, name="llgtriton-core-cancel", daemon=True)
@@ -312,15 +322,27 @@ class CoreProcess:
                     pumped.discard()
                 raise Unavailable("the engine is restarting; try again shortly") from None
 
+    def health(self) -> None:
+        if self._stopping.is_set():
+            raise Unavailable("the backend is shutting down")
+        if self._restarting:
+            raise Unavailable("the engine process is restarting")
+        silent = time.monotonic() - self._heard
+        if silent > HEALTHY_SILENCE_S:
+            raise Unavailable(f"the engine process has not reported for {silent:.1f} s")
+
     def _read(self) -> None:
         while not self._stopping.is_set():
             try:
+                if not self._connection.poll(self._stuck_after_s):
+                    self._stuck()
                 batch = self._connection.recv()
             except (EOFError, OSError):
                 if self._stopping.is_set():
                     return
                 self._restart()
                 continue
+            self._heard = time.monotonic()
             for item in batch:
                 if isinstance(item, Status):
                     self._load = (item.running, item.waiting)
@@ -340,8 +362,20 @@ class CoreProcess:
         elif reply.output is not None:
             sink.send(reply.output, final=reply.final)
 
+    def _stuck(self) -> None:
+        """The core said nothing for :data:`STUCK_AFTER_S`: it is killed, and :meth:`_restart` follows."""
+        logger.error(
+            "the engine process %s sent nothing for %.0f s; killing it", self._process.pid, self._stuck_after_s
+        )
+        self._restarting = True
+        with contextlib.suppress(ProcessLookupError, OSError):
+            self._process.kill()
+        with self._lock:
+            self._connection.close()  # the recv that follows fails, as for a core that died
+
     def _restart(self) -> None:
         """The core died: its requests end with an error, and a new core takes over."""
+        self._restarting = True
         self._process.join(5)
         with self._lock:  # (not while a submit writes to it)
             self._connection.close()
@@ -360,6 +394,7 @@ class CoreProcess:
                 continue
             with self._lock:
                 self._connection, self._process = connection, process
+            self._heard, self._restarting = time.monotonic(), False
             return
 
     def _cancel(self) -> None:

@@ -67,6 +67,7 @@ class _Waiting:
     request: EngineRequest
     sink: ResponseSink
     matcher: LLMatcher | None  # the request's own copy of its compiled grammar
+    prompt_logprobs: PromptLogprobs | None = None  # its prompt scored, when it asked
 
 
 def kv_tokens(request: EngineRequest) -> int:
@@ -101,7 +102,9 @@ class Scheduler:
         self._max_kv_tokens = max_kv_tokens or max_batch_size * max_model_len
         self._waiting: deque[_Waiting] = deque()
         self._compiler = ThreadPoolExecutor(max_workers=compile_threads, thread_name_prefix="llgtriton-compile")
-        self._compiling: dict[Future[None], ResponseSink] = {}
+        # A prompt is scored by a forward pass of its own, off the loop: one at a time, never stalling the steps.
+        self._scorer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llgtriton-score")
+        self._compiling: dict[Future[None], ResponseSink] = {}  # requests being compiled or scored
         self._running: list[_Sequence] = []
         self._ids = itertools.count()
         self._wakeup = threading.Condition()
@@ -127,29 +130,41 @@ class Scheduler:
             matcher = None
             if request.grammar is not None and self._guidance is not None:
                 matcher = self._guidance.grammars.cached_matcher(request.grammar)
-                if matcher is None:  # compiled off the loop thread; it joins the queue when ready
-                    future = self._compiler.submit(self._compile_and_enqueue, request, sink)
-                    self._compiling[future] = sink
-                    future.add_done_callback(self._compiled)
-                    return
+            compiling = request.grammar is not None and self._guidance is not None and matcher is None
+            if compiling or request.prompt_logprobs is not None:  # off the loop thread; it joins the queue when ready
+                pool = self._compiler if compiling else self._scorer
+                future = pool.submit(self._prepare_and_enqueue, request, sink, matcher)
+                self._compiling[future] = sink
+                future.add_done_callback(self._compiled)
+                return
             self._waiting.append(_Waiting(request, sink, matcher))
             self._wakeup.notify()
 
-    def _compile_and_enqueue(self, request: EngineRequest, sink: ResponseSink) -> None:
-        assert self._guidance is not None and request.grammar is not None
+    def _prepare_and_enqueue(self, request: EngineRequest, sink: ResponseSink, matcher: LLMatcher | None) -> None:
+        """Compile the request's grammar and score its prompt, as it needs, then queue it."""
+        prompt_logprobs = None
         try:
-            matcher = self._guidance.grammars.matcher(request.grammar)
+            if matcher is None and request.grammar is not None and self._guidance is not None:
+                matcher = self._guidance.grammars.matcher(request.grammar)
+            if request.prompt_logprobs is not None:
+                with torch.inference_mode():
+                    prompt_logprobs = self._score(request)
         except Exception as exc:  # it fails this request only
             if not isinstance(exc, BackendError):
-                logger.exception("compiling a grammar failed")
-                exc = BackendError(f"compiling the constraint failed: {exc}")
+                logger.exception("preparing request %s failed", request.request_id)
+                exc = BackendError(f"preparing the request failed: {exc}")
             deliver_failure(sink, exc)
+            return
+        if request.max_tokens == 0:  # scoring only: nothing to generate
+            detokenizer, stop_filter = OutputStream.parts(request, self._decoder)
+            stream = OutputStream(request, sink, detokenizer, stop_filter, prompt_logprobs=prompt_logprobs)
+            deliver(sink, stream.output("", FinishReason.LENGTH), final=True)
             return
         with self._wakeup:
             if self._stopping:
                 deliver_failure(sink, Unavailable("the backend is shutting down"))
                 return
-            self._waiting.append(_Waiting(request, sink, matcher))
+            self._waiting.append(_Waiting(request, sink, matcher, prompt_logprobs))
             self._wakeup.notify()
 
     def _compiled(self, future: Future[None]) -> None:
@@ -164,6 +179,7 @@ class Scheduler:
             self._stopping = True
             self._wakeup.notify()
         self._compiler.shutdown(wait=False, cancel_futures=True)  # the cancelled ones fail in _compiled
+        self._scorer.shutdown(wait=False, cancel_futures=True)
         if self._thread.ident is None:  # never started: no loop to fail the waiting requests
             self._fail_all(Unavailable("the backend is shutting down"))
         else:
@@ -262,20 +278,9 @@ class Scheduler:
         if sink.is_cancelled():
             deliver(sink, GenerationOutput(text="", prompt_tokens=len(request.prompt_ids)), final=True)
             return None
-        prompt_logprobs = None
-        if request.prompt_logprobs is not None:
-            try:
-                prompt_logprobs = self._score(request)
-            except Exception as exc:  # scoring fails its own request, never the step
-                logger.exception("scoring the prompt of request %s failed", request.request_id)
-                deliver_failure(sink, BackendError(f"scoring the prompt failed: {exc}"))
-                return None
+        prompt_logprobs = waiting.prompt_logprobs
         seq_id = next(self._ids)
         detokenizer, stop_filter = OutputStream.parts(request, self._decoder)
-        if request.max_tokens == 0:  # scoring only: nothing to generate
-            stream = OutputStream(request, sink, detokenizer, stop_filter, prompt_logprobs=prompt_logprobs)
-            deliver(sink, stream.output("", FinishReason.LENGTH), final=True)
-            return None
         grammar = None
         if request.grammar is not None:
             if self._guidance is None:

@@ -101,6 +101,20 @@ class _NamingFormats:
         return self._sink.is_cancelled()
 
 
+def prompt_bytes(request: GenerationRequest) -> int:
+    """Bytes of the text a request brings into its prompt: its messages, the calls in them, its tools.
+
+    Counted before the chat template renders it: text that cannot fit is refused without the work.
+    """
+    if request.messages is None:
+        return len((request.prompt or "").encode(errors="surrogatepass"))
+    texts = [m.content for m in request.messages]
+    texts += [call.name + call.arguments for m in request.messages for call in m.tool_calls]
+    if request.tools is not None:
+        texts.append(json.dumps(request.tools.openai_tools(), ensure_ascii=False))
+    return sum(len(text.encode(errors="surrogatepass")) for text in texts)
+
+
 def longest_token_bytes(tokenizer: Any) -> int:
     """Bytes of the vocabulary's longest token as spelled (at least as many as it decodes to)."""
     return max((len(token.encode(errors="surrogatepass")) for token in tokenizer.get_vocab()), default=1)
@@ -132,6 +146,10 @@ class Service(Protocol):
         ...
 
     def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None: ...
+
+    def health(self) -> None:
+        """Raise :class:`Unavailable` when the engine cannot take requests now (restarting, stuck)."""
+        ...
 
     def shutdown(self) -> None: ...
 
@@ -182,12 +200,6 @@ class GenerationService:
             vocabulary = self._vocab_size
             _check(max(ids) < vocabulary, f"the prompt holds token {max(ids)}; the vocabulary has {vocabulary}")
             return ids
-        texts = [m.content for m in request.messages] if request.messages is not None else [request.prompt or ""]
-        size = sum(len(text.encode(errors="surrogatepass")) for text in texts)
-        _check(
-            size <= self._max_prompt_bytes,
-            f"the prompt is {size} bytes, more than a context of {self.max_model_len} tokens can hold",
-        )
         if request.messages is not None:
             json_answer = request.guide_type in (GuideType.JSON, GuideType.JSON_SCHEMA)
             ids = self._chat_template.render(
@@ -233,7 +245,21 @@ class GenerationService:
         form = self._chat_template.reasoning
         return form if thinks(form, request.chat_template_kwargs) else None
 
+    def _check_fits(self, request: GenerationRequest) -> None:
+        """Refuse, before any work on it, a prompt whose text cannot fit the context."""
+        if request.messages is not None:
+            _check(
+                len(request.messages) <= self.max_model_len,
+                f"{len(request.messages)} messages are more than a context of {self.max_model_len} tokens can hold",
+            )
+        size = prompt_bytes(request)
+        _check(
+            size <= self._max_prompt_bytes,
+            f"the prompt is {size} bytes, more than a context of {self.max_model_len} tokens can hold",
+        )
+
     def prepare(self, request: GenerationRequest, request_id: str) -> EngineRequest:
+        self._check_fits(request)
         refused = refused_template_variable(request.chat_template_kwargs)
         _check(refused is None, refused or "")
         grammar = self.grammar(request)
@@ -241,7 +267,11 @@ class GenerationService:
         sampling = sampling_params(request)
         ids = self.prompt_ids(request)
         room = self.max_model_len - len(ids)
-        _check(room > 0, f"the prompt has {len(ids)} tokens; the context is {self.max_model_len} tokens")
+        scoring_only = request.prompt_logprobs and request.max_tokens == 0  # needs no room after the prompt
+        _check(
+            room > 0 or (scoring_only and room == 0),
+            f"the prompt has {len(ids)} tokens; the context is {self.max_model_len} tokens",
+        )
         max_tokens = room if request.max_tokens is None else request.max_tokens
         # 0 only scores the prompt (echo with logprobs)
         least = 0 if request.prompt_logprobs else 1
@@ -338,6 +368,9 @@ class GenerationService:
         except Exception:
             pumped.discard()
             raise
+
+    def health(self) -> None:
+        """In this process, the engine's step loop never stops while the service runs."""
 
     def shutdown(self) -> None:
         self._admission.shutdown(wait=True, cancel_futures=False)

@@ -52,6 +52,10 @@ class SyntheticService:
             raise Unavailable(f"the request queue is full ({self._max_queue_size} waiting); retry later")
         self._jobs.put(_Job(request, sink))
 
+    def health(self) -> None:
+        if not self._thread.is_alive():
+            raise Unavailable("the synthetic engine has stopped")
+
     def shutdown(self) -> None:
         self._jobs.put(None)
         self._thread.join(10)

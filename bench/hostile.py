@@ -80,6 +80,10 @@ def _completion(**fields: Any) -> bytes:
     return json.dumps({**NORMAL, **fields}).encode()
 
 
+def _tool(description: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "f", "description": description, "parameters": {"type": "object"}}}
+
+
 def _raw(template: str, value: str) -> bytes:
     """A body whose ``value`` is JSON text that json.dumps would not write (too deep, a lone surrogate)."""
     return template.replace("MODEL", MODEL).replace("VALUE", value).encode()
@@ -153,6 +157,32 @@ PROXY_ATTACKS = [
         ),
     ),
     ProxyAttack("prompt of 4 MB", "/completions", _completion(prompt="word " * (800 * 1024))),
+    ProxyAttack("tool description of 3.8 MB", "/chat/completions", _chat(tools=[_tool("x" * 3_800_000)])),
+    ProxyAttack(
+        "120,000 empty messages",
+        "/chat/completions",
+        json.dumps({"model": MODEL, "messages": [{"role": "user", "content": ""}] * 120_000}).encode(),
+    ),
+    ProxyAttack(
+        "guided_choice of 100,000 entries",
+        "/completions",
+        _completion(guided_choice=[f"o{i}" * 2 for i in range(100_000)]),
+    ),
+    ProxyAttack(
+        "ignore_eos with n 8 and no max_tokens",
+        "/chat/completions",
+        json.dumps(
+            {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "n": 8, "ignore_eos": True}
+        ).encode(),
+    ),
+    ProxyAttack(
+        "chat_template_kwargs return_tensors", "/chat/completions", _chat(chat_template_kwargs={"return_tensors": "np"})
+    ),
+    ProxyAttack(
+        "chat_template_kwargs truncation to 2 tokens",
+        "/chat/completions",
+        _chat(chat_template_kwargs={"truncation": True, "max_length": 2}),
+    ),
 ]
 
 TRITON_ATTACKS = [
@@ -170,6 +200,14 @@ TRITON_ATTACKS = [
     TritonAttack("chat_messages nested 5,000 deep", {"chat_messages": nested(5000).encode()}),
     TritonAttack("text_input not UTF-8 (an encoded surrogate)", {"text_input": b"a\xed\xa0\x80b"}),
     TritonAttack("1,000 stop_words", {"stop_words": [f"s{i}".encode() for i in range(1000)]}),
+    TritonAttack("logit_bias key of non-ASCII digits", {"logit_bias": '{"²": 1}'.encode()}),
+    TritonAttack(
+        "chat_template_kwargs return_tensors",
+        {
+            "chat_messages": json.dumps([{"role": "user", "content": "Hi"}]).encode(),
+            "chat_template_kwargs": b'{"return_tensors": "np"}',
+        },
+    ),
 ]
 
 

@@ -18,13 +18,16 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher import hidden_arguments
+from llgtriton.logs import configure_logging
 from llgtriton.settings import (
     Settings,
     TritonSettings,
@@ -172,6 +175,22 @@ def restricted_api_flags(triton: TritonSettings) -> list[str]:
     return [f"--{kind}={group}" for group in groups for kind in ("grpc-restricted-protocol", "http-restricted-api")]
 
 
+def keys_in(argv: Sequence[str]) -> list[str]:
+    """The keys of the restricted-API flags in ``argv`` (``--...=<apis>:<header>=<key>``)."""
+    flags = ("--grpc-restricted-protocol=", "--http-restricted-api=")
+    return [argument.split("=", 2)[2] for argument in argv if argument.startswith(flags) and argument.count("=") >= 2]
+
+
+def start_hiding_keys(process: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
+    """Overwrite the keys in ``process``'s arguments once it has read them (:mod:`launcher.hidden_arguments`)."""
+
+    def hide_them() -> None:
+        if not hidden_arguments.hide(process.pid, keys_in(argv)) and process.poll() is None:
+            logger.warning("could not hide Triton's keys from the process list (ps): this system forbids it")
+
+    threading.Thread(target=hide_them, name="llgtriton-hide-keys", daemon=True).start()
+
+
 def environment(settings: Settings, installation: TritonInstallation, base: Mapping[str, str]) -> dict[str, str]:
     env = dict(base)
     paths = [str(installation.library_dir), str(python_library_dir())]
@@ -273,10 +292,11 @@ class TritonProcess:
         reap_orphans(runtime_dir(self._settings))
         layout = prepare_runtime(self._settings, installation)
         argv = command(self._settings, installation, layout)
-        logger.info("starting %s", " ".join(argv))
+        logger.info("starting %s", " ".join(hidden_arguments.redacted(argv, keys_in(argv))))
         self._process = subprocess.Popen(
             argv, env=environment(self._settings, installation, os.environ), start_new_session=True
         )
+        start_hiding_keys(self._process, argv)
 
     def exit_code(self) -> int | None:
         return None if self._process is None else self._process.poll()
@@ -354,14 +374,22 @@ class TritonProcess:
             self._process.wait()
 
 
-def main() -> None:
-    """``python3 -m launcher.triton_server``: print the restricted-API flags of the environment's settings.
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python3 -m launcher.triton_server [tritonserver arguments]``: the triton image's command.
 
-    The triton image runs tritonserver itself (not this launcher, which takes tritonserver from
-    nvidia-pytriton); its CMD appends these flags.
+    Runs the image's own ``tritonserver`` (not the one this launcher takes from nvidia-pytriton) with
+    the given arguments and the restricted-API flags of the environment's settings, hides their keys
+    from the process list, passes SIGTERM and SIGINT on, and exits as tritonserver does.
     """
+    configure_logging(os.environ.get(env_name(None, "log_level"), "info"))
     settings = load_settings(parse_command_line([]), os.environ)
-    print(" ".join(restricted_api_flags(settings.triton)))  # noqa: T201  (keys are tokens: no quoting needed)
+    command_line = ["tritonserver", *(sys.argv[1:] if argv is None else argv), *restricted_api_flags(settings.triton)]
+    logger.info("starting %s", " ".join(hidden_arguments.redacted(command_line, keys_in(command_line))))
+    process = subprocess.Popen(command_line)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: process.send_signal(received))
+    start_hiding_keys(process, command_line)
+    sys.exit(process.wait())
 
 
 if __name__ == "__main__":

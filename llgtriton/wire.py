@@ -49,6 +49,8 @@ LOGIT_BIAS = "logit_bias"  # JSON object {"<token id>": bias}, as OpenAI's
 TOOLS = "tools"  # JSON {functions, mode, parallel}: llgtriton.tools.ToolRequest
 CHAT_TEMPLATE_KWARGS = "chat_template_kwargs"  # JSON object passed to the chat template (vLLM's name)
 IGNORE_EOS = "ignore_eos"  # run to max_tokens past end tokens (vLLM's name; load generators send it)
+# Alone, instead of a prompt: whether the engine can take requests now (the proxy's /ready asks).
+HEALTH_CHECK = "health_check"
 
 # Bounds both the proxy and the backend enforce (OpenAI's own).
 MAX_TOP_LOGPROBS = 20
@@ -99,6 +101,7 @@ INPUT_TYPES: dict[str, str] = {
     TOOLS: "STRING",
     CHAT_TEMPLATE_KWARGS: "STRING",
     IGNORE_EOS: "BOOL",
+    HEALTH_CHECK: "BOOL",
 }
 OUTPUT_TYPES: dict[str, str] = {
     TEXT_OUTPUT: "STRING",
@@ -127,6 +130,8 @@ _NUMPY_DTYPES: dict[str, type[np.generic]] = {
 IGNORE_EOS_WITH_CONSTRAINT = (
     f"{IGNORE_EOS} cannot be combined with a constraint or tools: the constraint decides where the output ends"
 )
+# Without a bound, one request could hold its batch slots to the end of the context.
+IGNORE_EOS_WITHOUT_MAX_TOKENS = f"{IGNORE_EOS} needs max_tokens: the output would run to the end of the context"
 
 
 def client_datatype(triton_type: str) -> str:
@@ -224,6 +229,8 @@ class GenerationRequest:
             raise WireError(f"send exactly one of {TEXT_INPUT!r}, {CHAT_MESSAGES!r} and {INPUT_IDS!r}")
         if self.ignore_eos and (self.guide is not None or self.tools is not None):
             raise WireError(IGNORE_EOS_WITH_CONSTRAINT)
+        if self.ignore_eos and self.max_tokens is None:
+            raise WireError(IGNORE_EOS_WITHOUT_MAX_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -266,6 +273,11 @@ class GenerationOutput:
 
 
 # Encoding -----------------------------------------------------------------------------------
+
+
+def encode_health_check() -> dict[str, Array]:
+    """The tensors of a health check: the engine answers with one empty final response, or an error."""
+    return {HEALTH_CHECK: _scalar(HEALTH_CHECK, True)}
 
 
 def _scalar(name: str, value: object) -> Array:

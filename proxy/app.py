@@ -37,7 +37,7 @@ from proxy.errors import (
     http_response,
     validation_error,
 )
-from proxy.guards import ApiKeyGuard, ConcurrencyGuard, InFlightCount
+from proxy.guards import ApiKeyGuard, ConcurrencyGuard, GenerationSlots, InFlightCount, LocalInFlight
 from proxy.metrics import MeteredClient, ProxyMetrics, RequestMetrics
 from proxy.openapi import openapi_document
 from proxy.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, now
@@ -76,6 +76,16 @@ async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     return bytes(body)
 
 
+_PARSED_ON_THE_LOOP_BYTES = 64 << 10
+
+
+def _validated(body: bytes, model: type[RequestModel]) -> RequestModel:
+    try:
+        return model.model_validate(parse_body(body))
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
 class Handlers:
     def __init__(
         self, settings: ProxySettings, generations: Generations, responses: Responses, client: GenerationClient
@@ -88,11 +98,13 @@ class Handlers:
         self._scoped = bool(accepted_keys(settings))  # stored responses belong to the key that made them
 
     async def _parse(self, request: Request, model: type[RequestModel]) -> RequestModel:
-        data = parse_body(await _read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s))
-        try:
-            parsed = model.model_validate(data)
-        except ValidationError as exc:
-            raise validation_error(exc) from None
+        body = await _read_body(request, self._settings.max_body_bytes, self._settings.body_timeout_s)
+        # A large body takes a while to parse and check: a thread's work, so /health and the streams go on.
+        parsed = (
+            _validated(body, model)
+            if len(body) < _PARSED_ON_THE_LOOP_BYTES
+            else await asyncio.to_thread(_validated, body, model)
+        )
         requested = getattr(parsed, "model", None)
         if requested != self._model_card.id:
             raise NotFoundError(
@@ -232,11 +244,17 @@ def create_app(
     metrics = ProxyMetrics(None if shared is None else shared.metrics_dir)
     generation_client = MeteredClient(client or triton_client(settings, metrics, triton_key), metrics)
     model_name = settings.served_model_name or settings.model_name
-    generations = Generations(generation_client, model_name)
+    in_flight = LocalInFlight() if shared is None else shared.in_flight
+    generations = Generations(
+        generation_client, model_name, GenerationSlots(settings.max_concurrent_requests, in_flight)
+    )
     store = settings.responses_store
+    keys = accepted_keys(settings)
     responses = Responses(
         generations,
-        lambda: SQLiteResponseStore(store, ttl_s=settings.responses_ttl_s, max_bytes=settings.responses_max_bytes),
+        lambda: SQLiteResponseStore(
+            store, ttl_s=settings.responses_ttl_s, max_bytes=settings.responses_max_bytes, owners=len(keys) or 1
+        ),
     )
     handlers = Handlers(settings, generations, responses, generation_client)
 
@@ -267,9 +285,8 @@ def create_app(
     }
     # Outermost first: every request is counted, refused ones included; keys before the limit.
     middleware = [Middleware(RequestMetrics, metrics=metrics)]
-    if keys := accepted_keys(settings):
+    if keys:
         middleware.append(Middleware(ApiKeyGuard, keys=keys))
     if settings.max_concurrent_requests is not None:
-        in_flight = None if shared is None else shared.in_flight
         middleware.append(Middleware(ConcurrencyGuard, limit=settings.max_concurrent_requests, in_flight=in_flight))
     return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan, middleware=middleware)

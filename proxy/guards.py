@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes
 import hmac
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -119,3 +121,44 @@ class ConcurrencyGuard:
             await self._app(scope, receive, send)
         finally:
             self._in_flight.add(-1)
+
+
+class GenerationSlots:
+    """The concurrency limit as the generations count: ``n`` choices hold ``n`` slots, and a background
+    response holds one while it runs, though its HTTP request returned at once.
+
+    The guard counts each request once, as it arrives; what a request holds beyond that is taken
+    here, once the request is read: past the limit it is refused with a 429 like any other.
+    """
+
+    def __init__(self, limit: int | None, in_flight: InFlightCount) -> None:
+        self._limit = limit
+        self._in_flight = in_flight
+
+    @contextmanager
+    def beyond_the_request(self, count: int) -> Iterator[None]:
+        """Hold ``count`` slots more than the request's own while the block runs."""
+        if self._limit is None or count <= 0:
+            yield
+            return
+        in_flight = self._in_flight.total()
+        if in_flight + count > self._limit:
+            logger.info("refused a request needing %d more slots: %d of %d in flight", count, in_flight, self._limit)
+            raise RateLimitError(
+                f"the request needs {count + 1} of the server's {self._limit} concurrent generations and "
+                f"{in_flight} are in use; retry later",
+                code="rate_limit_exceeded",
+            )
+        self._in_flight.add(count)
+        try:
+            yield
+        finally:
+            self._in_flight.add(-count)
+
+    def handed_over(self) -> Callable[[], None]:
+        """Hold one slot for work that outlives its request (a background response), from now on: the
+        request's own, which it hands over as it returns. Returns what frees it (call it once)."""
+        if self._limit is None:
+            return lambda: None
+        self._in_flight.add(1)
+        return lambda: self._in_flight.add(-1)

@@ -15,6 +15,7 @@ from llgtriton import wire
 from llgtriton.reasoning import ReasoningSplitter, Split, split_reasoning
 from llgtriton.tool_formats import FORMATS, ToolCallFormat
 from proxy.errors import InternalError
+from proxy.guards import GenerationSlots, LocalInFlight
 from proxy.logprobs import chat_logprobs, completion_logprobs
 from proxy.protocol import (
     AssistantMessage,
@@ -86,6 +87,16 @@ def _copies(generation: wire.GenerationRequest, n: int) -> list[wire.GenerationR
     if generation.seed is None:
         return [generation] * n
     return [dataclasses.replace(generation, seed=(generation.seed + i) % 2**64) for i in range(n)]
+
+
+def _runs(generation: wire.GenerationRequest, n: int) -> int:
+    """Generations to run for ``n`` choices: one when the prompt is only scored (every choice is the same)."""
+    return 1 if generation.max_tokens == 0 else n
+
+
+def _as_choice(chunk: Completion, index: int) -> Completion:
+    """``chunk`` (of one choice) as choice ``index``'s."""
+    return chunk.model_copy(update={"choices": [chunk.choices[0].model_copy(update={"index": index})]})
 
 
 async def _cancel_and_wait(tasks: Sequence[asyncio.Future[Any]]) -> None:
@@ -233,19 +244,21 @@ class Generations:
     """Serves chat and text completions through a :class:`GenerationClient`; ``n`` choices are ``n``
     generations run side by side."""
 
-    def __init__(self, client: GenerationClient, model_name: str) -> None:
+    def __init__(self, client: GenerationClient, model_name: str, slots: GenerationSlots | None = None) -> None:
         self._client = client
         self.model_name = model_name
+        self.slots = slots or GenerationSlots(None, LocalInFlight())
 
     async def chat(self, request: ChatCompletionRequest) -> ChatCompletion:
         completion_id = new_id("chatcmpl")
         translation = await asyncio.to_thread(chat_generation, request)
-        finished = await _all(
-            [
-                _final(self._client.generate(generation, _request_id(completion_id, index, request.n)))
-                for index, generation in enumerate(_copies(translation.generation, request.n))
-            ]
-        )
+        with self.slots.beyond_the_request(request.n - 1):
+            finished = await _all(
+                [
+                    _final(self._client.generate(generation, _request_id(completion_id, index, request.n)))
+                    for index, generation in enumerate(_copies(translation.generation, request.n))
+                ]
+            )
         choices = []
         for index, done in enumerate(finished):
             form = reasoning_format(done.reasoning_format)
@@ -317,8 +330,9 @@ class Generations:
             yield chunk(ChatDelta(), _finish(last.finish_reason, translation.tools, called))
             lasts[index] = last
 
-        async for item in _merged([choice(index, generation) for index, generation in enumerate(generations)]):
-            yield item
+        with self.slots.beyond_the_request(request.n - 1):
+            async for item in _merged([choice(index, generation) for index, generation in enumerate(generations)]):
+                yield item
         if request.include_usage():
             usage = _usage_of([last for last in lasts if last is not None])
             yield ChatCompletionChunk(id=completion_id, created=created, model=self.model_name, choices=[], usage=usage)
@@ -326,12 +340,15 @@ class Generations:
     async def completion(self, request: CompletionRequest) -> Completion:
         completion_id = new_id("cmpl")
         generation = await asyncio.to_thread(completion_generation, request)
-        finished = await _all(
-            [
-                _final(self._client.generate(copy, _request_id(completion_id, index, request.n)))
-                for index, copy in enumerate(_copies(generation, request.n))
-            ]
-        )
+        runs = _runs(generation, request.n)
+        with self.slots.beyond_the_request(runs - 1):
+            finished = await _all(
+                [
+                    _final(self._client.generate(copy, _request_id(completion_id, index, request.n)))
+                    for index, copy in enumerate(_copies(generation, runs))
+                ]
+            )
+        finished = [finished[index % runs] for index in range(request.n)]  # a prompt scored once serves n
         choices = [
             CompletionChoice(
                 index=index,
@@ -352,7 +369,8 @@ class Generations:
     async def completion_stream(self, request: CompletionRequest) -> AsyncGenerator[Completion]:
         completion_id, created = new_id("cmpl"), now()
         generation = await asyncio.to_thread(completion_generation, request)
-        copies = _copies(generation, request.n)
+        runs = _runs(generation, request.n)
+        copies = _copies(generation, runs)
         lasts: list[wire.GenerationOutput | None] = [None] * len(copies)
 
         async def choice(index: int, copy: wire.GenerationRequest) -> AsyncIterator[Completion]:
@@ -379,8 +397,10 @@ class Generations:
             yield chunk("", last.finish_reason)
             lasts[index] = last
 
-        async for item in _merged([choice(index, copy) for index, copy in enumerate(copies)]):
-            yield item
+        with self.slots.beyond_the_request(runs - 1):
+            async for item in _merged([choice(index, copy) for index, copy in enumerate(copies)]):
+                for index in range(item.choices[0].index, request.n, runs):  # a prompt scored once serves n
+                    yield item if index == item.choices[0].index else _as_choice(item, index)
         if request.include_usage():
-            usage = _usage_of([last for last in lasts if last is not None])
+            usage = _usage_of([last for index in range(request.n) if (last := lasts[index % runs]) is not None])
             yield Completion(id=completion_id, created=created, model=self.model_name, choices=[], usage=usage)

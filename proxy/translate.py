@@ -212,6 +212,7 @@ def _json_answer(found: list[Constraint]) -> str | None:
     """The JSON schema (text) of a request's one JSON answer format, or None."""
     if len(found) != 1 or found[0].guide_type not in _JSON_TYPES:
         return None
+    check_constraint(found[0])  # the tools' grammar holds it: a bad one is refused as itself
     return found[0].guide or json.dumps(ANY_JSON_OBJECT)
 
 
@@ -251,6 +252,8 @@ def _generation(
     _log_unknown_fields(request)
     if request.ignore_eos and (constraint is not None or inputs.tools is not None):
         raise InvalidRequestError(wire.IGNORE_EOS_WITH_CONSTRAINT, param="ignore_eos")
+    if request.ignore_eos and inputs.max_tokens is None:
+        raise InvalidRequestError(wire.IGNORE_EOS_WITHOUT_MAX_TOKENS, param="max_tokens")
     return wire.GenerationRequest(
         prompt=inputs.prompt,
         messages=inputs.messages,

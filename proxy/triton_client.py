@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 # How long to wait for Triton to end a call after its final response before cancelling it.
 _DRAIN_TIMEOUT_S = 1.0
+_HEALTH_TIMEOUT_S = 5.0  # a readiness probe's own timeout is typically 1-10 s
 
 _STATUS_ERRORS: dict[grpc.StatusCode, type[ProxyError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidRequestError,
@@ -112,8 +113,12 @@ def decode_response(result: Any) -> wire.GenerationOutput:
 
 
 def _inputs(request: wire.GenerationRequest) -> list[Any]:
+    return _tensors(wire.encode_request(request))
+
+
+def _tensors(arrays: dict[str, Any]) -> list[Any]:
     inputs = []
-    for name, array in wire.encode_request(request).items():
+    for name, array in arrays.items():
         tensor = triton_grpc.InferInput(name, list(array.shape), wire.client_datatype(wire.INPUT_TYPES[name]))
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
@@ -147,7 +152,10 @@ class TritonGenerationClient:
             inputs = _inputs(request)
         except wire.WireError as exc:
             raise InvalidRequestError(str(exc)) from None
+        async for output in self._stream(inputs, request_id):
+            yield output
 
+    async def _stream(self, inputs: list[Any], request_id: str) -> AsyncGenerator[wire.GenerationOutput]:
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield {"model_name": self._model_name, "inputs": inputs, "request_id": request_id}
 
@@ -179,10 +187,17 @@ class TritonGenerationClient:
                 stream.cancel()
 
     async def is_ready(self) -> bool:
+        """Triton has the model, and the model's engine says it can take requests (not restarting, not stuck)."""
         try:
-            return bool(await self._client.is_model_ready(self._model_name))
-        except (InferenceServerException, grpc.aio.AioRpcError):
+            if not await self._client.is_model_ready(self._model_name):
+                return False
+            async with asyncio.timeout(_HEALTH_TIMEOUT_S):
+                async for _ in self._stream(_tensors(wire.encode_health_check()), "health-check"):
+                    pass
+        except (InferenceServerException, grpc.aio.AioRpcError, ProxyError, TimeoutError) as exc:
+            logger.debug("not ready: %s", exc)
             return False
+        return True
 
     async def close(self) -> None:
         await self._client.close()

@@ -457,18 +457,39 @@ def test_kubernetes_gpus_match_the_tensor_parallel_size() -> None:
     assert int(container_environment(container)["LLGTRITON_ENGINE_TENSOR_PARALLEL_SIZE"]) == gpus
 
 
-def test_the_triton_image_locks_triton_s_admin_apis() -> None:
-    """The image runs tritonserver itself; its CMD appends the launcher's restricted-API flags."""
-    assert "$(python3 -m launcher.triton_server)" in " ".join(dockerfile_stages()["triton"].command())
-    environ = {**os.environ, env_name("triton", "inference_key"): "k3y"}
-    printed = subprocess.run(
-        [sys.executable, "-m", "launcher.triton_server"], env=environ, capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert [flag.split("=", 1)[0] for flag in printed] == ["--grpc-restricted-protocol", "--http-restricted-api"] * 2
-    assert all(
-        flag.split("=", 1)[1].startswith("model-repository,shared-memory,trace,logging:") for flag in printed[:2]
-    )
-    assert printed[2:] == [
-        "--grpc-restricted-protocol=inference:llgtriton-key=k3y",
-        "--http-restricted-api=inference:llgtriton-key=k3y",
+FAKE_TRITONSERVER = """#!{python}
+import json, sys, threading, time
+threading.Thread(target=time.sleep, args=(5,), daemon=True).start()  # as tritonserver, once its options are read
+time.sleep(2)
+print(json.dumps({{"argv": sys.argv[1:], "ps": open("/proc/self/cmdline").read().split(chr(0))}}))
+"""
+
+
+def test_the_triton_image_locks_triton_s_admin_apis_and_hides_the_keys(tmp_path: Path) -> None:
+    """The image's CMD is the launcher, which runs the image's tritonserver with the restricted-API flags
+    (a random admin key, the configured inference key) and hides the keys from ``ps`` and the logs."""
+    assert dockerfile_stages()["triton"].command()[:3] == ["python3", "-m", "launcher.triton_server"]
+    fake = tmp_path / "tritonserver"
+    fake.write_text(FAKE_TRITONSERVER.format(python=sys.executable))
+    fake.chmod(0o755)
+    environ = {
+        **os.environ,
+        env_name("triton", "inference_key"): "k3y-s3cret",
+        "PATH": f"{tmp_path}:{os.environ['PATH']}",
+    }
+    ran = subprocess.run(
+        [sys.executable, "-m", "launcher.triton_server", "--model-repository=/models"],
+        env=environ, capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    seen = json.loads(ran.stdout)
+    argv = seen["argv"]
+    assert argv[0] == "--model-repository=/models"
+    assert [flag.split("=", 1)[0] for flag in argv[1:]] == ["--grpc-restricted-protocol", "--http-restricted-api"] * 2
+    assert all(flag.split("=", 1)[1].startswith("model-repository,shared-memory,trace,logging:") for flag in argv[1:3])
+    assert argv[3:] == [
+        "--grpc-restricted-protocol=inference:llgtriton-key=k3y-s3cret",
+        "--http-restricted-api=inference:llgtriton-key=k3y-s3cret",
     ]
+    admin_key = argv[1].rsplit("=", 1)[1]
+    for shown in (" ".join(seen["ps"]), ran.stderr):
+        assert "k3y-s3cret" not in shown and admin_key not in shown

@@ -20,7 +20,7 @@ from proxy.errors import InvalidRequestError, NotFoundError, ProxyError, as_prox
 from proxy.protocol import ChatCompletionRequest, StreamOptions, now
 from proxy.responses.conversation import ChatPlan, chat_request, parse_items, refuse_unsupported, renamed, stored_items
 from proxy.responses.output import ResponseEvent, ResponseEvents, failed, finished, new_response_id, output_items
-from proxy.responses.protocol import DeletedResponse, InputItem, InputItemList, Response, ResponsesRequest
+from proxy.responses.protocol import DeletedResponse, InputItemList, Response, ResponsesRequest
 from proxy.responses.store import ACTIVE, ResponseStore, StoredResponse
 from proxy.serving import Generations
 from proxy.translate import chat_generation
@@ -81,31 +81,36 @@ class Responses:
             self._opened = self._open_store()
         return self._opened
 
-    async def _conversation(self, request: ResponsesRequest, owner: str) -> tuple[list[InputItem], int]:
-        """The items before this request's (from ``previous_response_id``) and its own, and where its own begin."""
-        earlier: list[dict[str, Any]] = []
-        if request.previous_response_id is not None:
-            previous = await self._store.get(request.previous_response_id, owner)
-            if previous is None:
-                raise NotFoundError(
-                    f"no stored response {request.previous_response_id!r}",
-                    param="previous_response_id",
-                    code="previous_response_not_found",
-                )
-            if previous.status in ACTIVE:
-                raise InvalidRequestError(
-                    f"response {previous.id!r} is still {previous.status}", param="previous_response_id"
-                )
-            earlier = [*previous.input_items, *previous.response.get("output", [])]
-        history = parse_items(earlier, "previous_response_id")
-        return [*history, *parse_items(request.input)], len(history)
+    async def _previous(self, request: ResponsesRequest, owner: str) -> StoredResponse | None:
+        """The stored response ``previous_response_id`` continues, if the request names one."""
+        if request.previous_response_id is None:
+            return None
+        previous = await self._store.get(request.previous_response_id, owner)
+        if previous is None:
+            raise NotFoundError(
+                f"no stored response {request.previous_response_id!r}",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        if previous.status in ACTIVE:
+            raise InvalidRequestError(
+                f"response {previous.id!r} is still {previous.status}", param="previous_response_id"
+            )
+        return previous
 
     async def _prepare(self, request: ResponsesRequest, owner: str) -> _Prepared:
+        """Off the event loop: a long stored conversation takes a while to read back into messages."""
         refuse_unsupported(request)
         if request.model_extra:
             logger.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
-        conversation, own_from = await self._conversation(request, owner)
-        chat = chat_request(request, conversation, own_from)
+        previous = await self._previous(request, owner)
+        return await asyncio.to_thread(self._plan, request, previous, owner)
+
+    def _plan(self, request: ResponsesRequest, previous: StoredResponse | None, owner: str) -> _Prepared:
+        earlier = [] if previous is None else [*previous.input_items, *previous.response.get("output", [])]
+        history = parse_items(earlier, "previous_response_id")
+        conversation = [*history, *parse_items(request.input)]
+        chat = chat_request(request, conversation, len(history))
         status: Literal["queued", "in_progress"] = "queued" if request.background else "in_progress"
         draft = _draft(request, self._generations.model_name, status)
         return _Prepared(chat, draft, stored_items(conversation), owner)
@@ -172,20 +177,27 @@ class Responses:
         except ProxyError as exc:
             raise renamed(exc) from None
         await self._keep(prepared, prepared.draft, request)
-        task = asyncio.create_task(self._run_background(prepared), name=f"background {prepared.draft.id}")
+        free_slot = self._generations.slots.handed_over()  # counted as the generation it is, until it ends
+        task = asyncio.create_task(self._run_background(prepared, free_slot), name=f"background {prepared.draft.id}")
         self._background[prepared.draft.id] = task
         task.add_done_callback(lambda _: self._background.pop(prepared.draft.id, None))
         return prepared.draft
 
-    async def _run_background(self, prepared: _Prepared) -> None:
+    async def _run_background(self, prepared: _Prepared, free_slot: Callable[[], None]) -> None:
+        try:
+            await self._generate_in_background(prepared)
+        finally:
+            free_slot()
+
+    async def _generate_in_background(self, prepared: _Prepared) -> None:
         draft = prepared.draft.model_copy(update={"status": "in_progress"})
         await self._finish(prepared, draft)
         generation = asyncio.create_task(self._chat(prepared.chat.request))
         try:
             while not generation.done():
                 await asyncio.wait({generation}, timeout=CANCEL_POLL_S)
-                stored = await self._store.get(draft.id, prepared.owner)
-                if stored is None or stored.status == "cancelled":  # cancelled by another process (or evicted)
+                status = await self._store.status(draft.id, prepared.owner)
+                if status is None or status == "cancelled":  # cancelled by another process (or evicted)
                     generation.cancel()
             completion = generation.result()
             choice = completion.choices[0]

@@ -61,6 +61,9 @@ class ResponseStore(Protocol):
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         """``None`` if absent, expired, or another owner's."""
 
+    async def status(self, response_id: str, owner: str) -> str | None:
+        """Its status alone (cheap, whatever its size); ``None`` as for :meth:`get`."""
+
     async def delete(self, response_id: str, owner: str) -> bool:
         """Whether it existed (and was the owner's)."""
 
@@ -114,9 +117,12 @@ class _Transaction:
 class SQLiteResponseStore:
     """One connection, used by one thread at a time (the lock) off the event loop (``asyncio.to_thread``)."""
 
-    def __init__(self, path: Path, *, ttl_s: float, max_bytes: int) -> None:
+    def __init__(self, path: Path, *, ttl_s: float, max_bytes: int, owners: int = 1) -> None:
+        """``owners``: the API keys that share the store; each may fill its share of ``max_bytes``, and
+        what it stores beyond that evicts its own oldest responses, never another key's."""
         self._ttl_s = ttl_s
         self._max_bytes = max_bytes
+        self._share = max_bytes // max(1, owners)
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: no implicit transactions; writes open their own with BEGIN IMMEDIATE.
@@ -170,27 +176,13 @@ class SQLiteResponseStore:
         """Prune, evict the oldest until it fits, then upsert. Inside a transaction."""
         response, input_items = _dumps(stored.response), _dumps(stored.input_items)
         size = len(response) + len(input_items)  # ASCII only (_dumps), so characters are bytes
-        if size > self._max_bytes:
-            raise ValueError(f"the response and its input take {size} bytes, more than the store's {self._max_bytes}")
+        if size > self._share:
+            raise ValueError(f"the response and its input take {size} bytes, more than a key's {self._share}")
         pruned = self._conn.execute("DELETE FROM responses WHERE expires_at <= ?", (now,)).rowcount
         if pruned:
             logger.debug("pruned %d expired responses", pruned)
-        # The record it replaces doesn't count: its bytes go away with the upsert.
-        (used,) = self._conn.execute(
-            "SELECT COALESCE(SUM(size), 0) FROM responses WHERE id != ?", (stored.id,)
-        ).fetchone()
-        if used + size > self._max_bytes:
-            evicted = []
-            rows = self._conn.execute(
-                "SELECT seq, size FROM responses WHERE id != ? ORDER BY created_at, seq", (stored.id,)
-            )
-            for seq, row_size in rows:
-                if used + size <= self._max_bytes:
-                    break
-                evicted.append((seq,))
-                used -= row_size
-            self._conn.executemany("DELETE FROM responses WHERE seq = ?", evicted)
-            logger.info("evicted the %d oldest stored responses to stay within %d bytes", len(evicted), self._max_bytes)
+        self._evict("owner = ? AND id != ?", (stored.owner, stored.id), self._share - size)
+        self._evict("id != ?", (stored.id,), self._max_bytes - size)
         # A replace keeps the first write's expiry and position: a background response finishing late
         # does not live longer, nor become the newest.
         self._conn.execute(
@@ -202,6 +194,25 @@ class SQLiteResponseStore:
             (stored.id, stored.owner, stored.created_at, now + self._ttl_s, stored.status, size, response, input_items),
         )
 
+    def _evict(self, where: str, parameters: tuple[str, ...], room: int) -> None:
+        """Delete the oldest records ``where`` says until theirs take at most ``room`` bytes (the record
+        being replaced does not count: its bytes go away with the upsert)."""
+        (used,) = self._conn.execute(
+            f"SELECT COALESCE(SUM(size), 0) FROM responses WHERE {where}", parameters
+        ).fetchone()
+        if used <= room:
+            return
+        evicted = []
+        for seq, row_size in self._conn.execute(
+            f"SELECT seq, size FROM responses WHERE {where} ORDER BY created_at, seq", parameters
+        ):
+            if used <= room:
+                break
+            evicted.append((seq,))
+            used -= row_size
+        self._conn.executemany("DELETE FROM responses WHERE seq = ?", evicted)
+        logger.info("evicted the %d oldest stored responses to stay within %d bytes", len(evicted), room)
+
     def _put(self, stored: StoredResponse) -> None:
         with self._transaction():
             self._write(stored, time.time())
@@ -209,6 +220,13 @@ class SQLiteResponseStore:
     def _get(self, response_id: str, owner: str) -> StoredResponse | None:
         row = self._select(response_id, owner, time.time())
         return None if row is None else _row_to_stored(row)
+
+    def _status(self, response_id: str, owner: str) -> str | None:
+        row = self._conn.execute(
+            "SELECT status FROM responses WHERE id = ? AND owner = ? AND expires_at > ?",
+            (response_id, owner, time.time()),
+        ).fetchone()
+        return None if row is None else str(row[0])
 
     def _delete(self, response_id: str, owner: str) -> bool:
         with self._transaction():
@@ -250,6 +268,9 @@ class SQLiteResponseStore:
 
     async def get(self, response_id: str, owner: str) -> StoredResponse | None:
         return await self._run(lambda: self._get(response_id, owner))
+
+    async def status(self, response_id: str, owner: str) -> str | None:
+        return await self._run(lambda: self._status(response_id, owner))
 
     async def delete(self, response_id: str, owner: str) -> bool:
         return await self._run(lambda: self._delete(response_id, owner))

@@ -106,6 +106,41 @@ def test_a_core_that_dies_fails_its_requests_and_is_replaced() -> None:
         core.shutdown()
 
 
+def test_a_stuck_core_is_noticed_its_requests_fail_and_it_is_replaced() -> None:
+    """Stopped, not dead: the health check says so within seconds, and the core is killed and replaced."""
+    core = CoreProcess(SYNTHETIC, ResponsePump(), stuck_after_s=4.0)
+    try:
+        first = core.pid
+        assert first is not None
+        core.health()
+        sink = RecordingSink()
+        core.submit(ENDLESS, "doomed", sink)
+        deadline = time.monotonic() + 30
+        while not sink.outputs and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(first, signal.SIGSTOP)
+        time.sleep(2.5)  # silent past the healthy limit, not yet past the stuck one
+        with pytest.raises(Unavailable, match="has not reported"):
+            core.health()
+        sink.wait(30)
+        assert isinstance(sink.error, Unavailable)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                core.health()
+                break
+            except Unavailable:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert core.pid != first
+        after = RecordingSink()
+        core.submit(GenerationRequest(prompt="x", max_tokens=3), "after", after)
+        after.wait(30)
+        assert after.error is None and after.text == " token" * 3
+    finally:
+        core.shutdown()
+
+
 def test_the_core_exits_when_the_stub_goes_away() -> None:
     parent, child = multiprocessing.Pipe()
     core = threading.Thread(target=run_core, args=(SYNTHETIC, child), daemon=True)

@@ -13,6 +13,8 @@ from backend.requests import EngineRequest, ResponseSink
 from backend.service import GenerationService
 from backend.telemetry import StepCounters
 from bench.harness import RecordingSink
+from llgtriton.messages import ChatMessage
+from llgtriton.tools import Function, ToolMode, ToolRequest
 from llgtriton.wire import GenerationRequest
 
 
@@ -114,3 +116,48 @@ def test_a_prompt_of_token_ids_skips_the_tokenizer(ids: tuple[int, ...], expecte
     finally:
         tokenizer.gate.set()
         running.shutdown()
+
+
+def refusal(request: GenerationRequest) -> str:
+    """Why the service refuses ``request`` (its chat template is None: rendering would fail otherwise)."""
+    tokenizer, runner = GatedTokenizer(), RecordingRunner()
+    tokenizer.gate.set()
+    running = service(tokenizer, runner)
+    sink = RecordingSink()
+    try:
+        running.submit(request, "r", sink)
+        sink.wait()
+    finally:
+        running.shutdown()
+    assert isinstance(sink.error, InvalidRequest) and runner.submitted == []
+    return str(sink.error)
+
+
+def test_tools_that_cannot_fit_the_context_are_refused_before_rendering() -> None:
+    """The tools count toward the prompt: a long description is refused by its size, not rendered."""
+    described = Function("f", "x" * 200, {"type": "object"})
+    request = GenerationRequest(messages=(ChatMessage("user", "hi"),), tools=ToolRequest((described,), ToolMode.AUTO))
+    assert "bytes, more than a context of 64 tokens can hold" in refusal(request)
+
+
+def test_more_messages_than_the_context_holds_are_refused_before_rendering() -> None:
+    request = GenerationRequest(messages=tuple(ChatMessage("user", "") for _ in range(65)), max_tokens=1)
+    assert "65 messages are more than a context of 64 tokens can hold" in refusal(request)
+
+
+def test_a_prompt_as_long_as_the_context_can_still_be_scored() -> None:
+    tokenizer, runner = GatedTokenizer(), RecordingRunner()
+    running = service(tokenizer, runner)
+    try:
+        scored = GenerationRequest(prompt_token_ids=(1,) * 64, max_tokens=0, prompt_logprobs=True)
+        running.submit(scored, "r", RecordingSink())
+        assert runner.arrived.wait(30) and runner.submitted[0].max_tokens == 0
+    finally:
+        running.shutdown()
+    assert "the context is 64 tokens" in refusal(GenerationRequest(prompt_token_ids=(1,) * 64, max_tokens=1))
+
+
+@pytest.mark.parametrize("name", ["return_tensors", "truncation"])
+def test_chat_template_kwargs_that_are_rendering_parameters_are_refused(name: str) -> None:
+    request = GenerationRequest(messages=(ChatMessage("user", "hi"),), chat_template_kwargs={name: 1})
+    assert repr(name) in refusal(request)

@@ -10,6 +10,7 @@ faults are covered too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -175,6 +176,36 @@ def test_a_dead_engine_process_ends_its_requests_and_is_replaced_by_its_stub(own
     assert _stubs(own_server) == stubs
     assert _cores(own_server) and core not in _cores(own_server)
     assert "the engine process exited (code -9); restarting it" in own_server.log.read_text()
+
+
+def test_a_stuck_engine_process_is_noticed_its_requests_fail_and_it_is_replaced(own_server: RunningServer) -> None:
+    """Stopped, not dead: /ready says so within seconds, and the stub kills and replaces it."""
+    (core,) = _cores(own_server)
+    ready_url = f"http://127.0.0.1:{own_server.proxy_port}/ready"
+    with openai.OpenAI(base_url=own_server.openai_base_url, api_key="unused", max_retries=0, timeout=120) as client:
+        stream = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me a very long story."}],
+            max_tokens=500,
+            stream=True,
+        )
+        chunks = iter(stream)
+        next(chunks)
+        os.kill(core, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 15
+            while _status(ready_url) == 200:
+                assert time.monotonic() < deadline, "/ready still says ready 15 s after the engine stopped"
+                time.sleep(0.2)
+            with pytest.raises(openai.APIError, match="engine process"):
+                for _ in chunks:
+                    pass
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(core, signal.SIGCONT)
+    _wait_until_serving(own_server)
+    assert core not in _cores(own_server)
+    assert "sent nothing for 10 s; killing it" in own_server.log.read_text()
 
 
 def _proxy_workers(server: RunningServer) -> list[int]:

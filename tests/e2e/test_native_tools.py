@@ -125,3 +125,28 @@ def test_a_triton_client_sends_the_tools_and_gets_the_calls_in_the_models_format
     assert json.loads(text.removeprefix("<tool_call>\n").removesuffix("\n</tool_call>"))["name"] == "get_weather"
     formats = [v.decode() for result in results for v in result.as_numpy("tool_call_format").reshape(-1)]
     assert formats[0] == "hermes"
+
+
+def test_a_json_answer_holding_the_trigger_is_the_answer_not_a_call(sdk: openai.OpenAI) -> None:
+    """Under auto with a JSON answer format, calls begin only where the output begins: a ``<tool_call>``
+    inside the answer's string is text (the ``{`` bias makes the model answer rather than call)."""
+    schema = {
+        "type": "object",
+        "properties": {"note": {"const": "see <tool_call> here"}},
+        "required": ["note"],
+        "additionalProperties": False,
+    }
+    fields: dict[str, Any] = {
+        "messages": ASK,
+        "tools": [WEATHER],
+        "tool_choice": "auto",
+        "response_format": {"type": "json_schema", "json_schema": {"name": "note", "schema": schema}},
+        "max_tokens": 40,
+        "temperature": 0,
+        "logit_bias": {"107": 100},  # "{": the answer's first token
+    }
+    whole = sdk.chat.completions.create(model=MODEL, **fields).choices[0]
+    assert json.loads(whole.message.content or "") == {"note": "see <tool_call> here"}
+    assert not whole.message.tool_calls and whole.finish_reason == "stop"
+    content, calls, reason = streamed(sdk, **fields)
+    assert (json.loads(content), calls, reason) == ({"note": "see <tool_call> here"}, [], "stop")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from bench.harness import RunningServer, start_server, stop_server
 from bench.hostile import NORMAL, TritonAttack, triton_attack
+from launcher.triton_server import live_children
 from llgtriton.wire import ADMIN_KEY_HEADER, INFERENCE_KEY_HEADER
 
 pytestmark = pytest.mark.e2e
@@ -70,3 +72,14 @@ def test_inference_needs_the_key_and_the_proxy_sends_it(keyed_server: RunningSer
         timeout=60,
     )
     assert keyed.status_code != 403  # past the key (the decoupled model answers HTTP with its own error)
+
+
+def test_the_keys_are_neither_in_the_process_list_nor_in_the_log(keyed_server: RunningServer) -> None:
+    """tritonserver takes them on its command line: the launcher overwrites them there once read."""
+    (triton,) = live_children(keyed_server.pid, "tritonserver")
+    shown = Path(f"/proc/{triton}/cmdline").read_bytes().decode().split("\0")
+    restricted = [argument for argument in shown if "restricted" in argument]
+    assert len(restricted) == 4 and all(argument.endswith("*****") for argument in restricted)
+    assert not [argument for argument in shown if argument.endswith((f"={KEY}", "=admin"))]
+    log = keyed_server.log.read_text()
+    assert f"={KEY}" not in log and "key=admin" not in log

@@ -58,7 +58,7 @@ def generation_requests(draw: st.DrawFn) -> wire.GenerationRequest:
         prompt=prompt,
         messages=messages,
         prompt_token_ids=token_ids,
-        max_tokens=draw(st.none() | st.integers(1, INT32_MAX)),
+        max_tokens=(max_tokens := draw(st.none() | st.integers(1, INT32_MAX))),
         stream=draw(st.booleans()),
         temperature=draw(float32s),
         top_p=draw(float32s),
@@ -73,7 +73,7 @@ def generation_requests(draw: st.DrawFn) -> wire.GenerationRequest:
         prompt_logprobs=(prompt_logprobs := draw(st.booleans())),
         top_logprobs=draw(st.integers(0, 20)) if logprobs or prompt_logprobs else 0,
         logit_bias=tuple(draw(st.dictionaries(st.integers(0, 2**40), st.floats(-100, 100), max_size=4)).items()),
-        ignore_eos=draw(st.booleans()) if guide is None else False,
+        ignore_eos=draw(st.booleans()) if guide is None and max_tokens is not None else False,
     )
 
 
@@ -339,4 +339,26 @@ def test_ignore_eos_with_a_constraint_is_refused_for_triton_clients_too() -> Non
         wire.IGNORE_EOS: np.array([[True]]),
     }
     with pytest.raises(wire.WireError, match="ignore_eos cannot be combined with a constraint"):
+        wire.decode_request(_getter(tensors))
+
+
+def test_ignore_eos_without_max_tokens_is_refused_for_triton_clients_too() -> None:
+    tensors = {wire.TEXT_INPUT: _bytes(b"hi"), wire.IGNORE_EOS: np.array([[True]])}
+    with pytest.raises(wire.WireError, match="ignore_eos needs max_tokens"):
+        wire.decode_request(_getter(tensors))
+
+
+def test_error_messages_on_the_wire_are_one_short_line_without_paths() -> None:
+    state = "lexer error: too many expressions constructed\n<state>\nTokens: a‧b"
+    assert (
+        wire.error_message(wire.ErrorKind.INTERNAL, state) == "[internal] lexer error: too many expressions constructed"
+    )
+    where = wire.error_message(wire.ErrorKind.INVALID_ARGUMENT, "bad tokenizer(name_or_path='/srv/models/x/tok')")
+    assert where == "[invalid_argument] bad tokenizer(name_or_path='<path>')"
+    assert len(wire.error_message(wire.ErrorKind.INTERNAL, "x" * 5000)) < 520
+
+
+def test_a_logit_bias_key_of_non_ascii_digits_is_refused() -> None:
+    tensors = {wire.TEXT_INPUT: _bytes(b"hi"), wire.LOGIT_BIAS: _bytes('{"²": 1}'.encode())}
+    with pytest.raises(wire.WireError, match="logit_bias"):
         wire.decode_request(_getter(tensors))

@@ -173,6 +173,25 @@ async def test_echo_with_logprobs_scores_the_prompt(
     assert choice.finish_reason == ("stop" if max_tokens else "length")
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_prompt_scored_for_n_choices_is_scored_once(
+    sdk: openai.AsyncOpenAI, client: ScriptedClient, stream: bool
+) -> None:
+    """Nothing is sampled: the n choices are one scoring, each under its own index."""
+    client.script([wire.GenerationOutput("", wire.FinishReason.LENGTH, 7, 0, (), prompt_logprobs=PROMPT_SCORES)])
+    fields: dict[str, Any] = {"model": MODEL, "prompt": "Once upon", "echo": True, "logprobs": 1, "max_tokens": 0}
+    if stream:
+        chunks = [c async for c in await sdk.completions.create(**fields, n=4, stream=True)]
+        texts = {index: "".join(c.choices[0].text for c in chunks if c.choices[0].index == index) for index in range(4)}
+        assert texts == dict.fromkeys(range(4), "Once upon")
+    else:
+        response = await sdk.completions.create(**fields, n=4)
+        assert [(c.index, c.text, c.finish_reason) for c in response.choices] == [
+            (i, "Once upon", "length") for i in range(4)
+        ]
+    assert len(client.requests) == 1
+
+
 async def test_streamed_echo_carries_the_prompt_scores_first(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
     client.script([dataclasses.replace(WITH_LOGPROBS[0], prompt_logprobs=PROMPT_SCORES), WITH_LOGPROBS[1]])
     stream = await sdk.completions.create(model=MODEL, prompt="Once upon", echo=True, logprobs=1, stream=True)
@@ -207,8 +226,16 @@ async def test_logit_bias_reaches_the_backend(sdk: openai.AsyncOpenAI, client: S
 async def test_ignore_eos_reaches_the_backend(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
     """What aiperf and vLLM's benchmarks send for fixed output lengths."""
     await sdk.completions.create(model=MODEL, prompt="x", max_tokens=8, extra_body={"ignore_eos": True})
-    await sdk.chat.completions.create(model=MODEL, messages=MESSAGES, extra_body={"ignore_eos": True})
+    await sdk.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, extra_body={"ignore_eos": True})
     assert [request.ignore_eos for request in client.requests] == [True, True]
+
+
+async def test_ignore_eos_without_max_tokens_is_a_400(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    """Else one request with n choices would hold its batch slots to the end of the context."""
+    body = {"model": MODEL, "messages": USER, "ignore_eos": True, "n": 8}
+    response = await http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "max_tokens"
+    assert client.requests == []
 
 
 async def test_ignore_eos_with_a_constraint_is_a_400(http: httpx.AsyncClient, client: ScriptedClient) -> None:

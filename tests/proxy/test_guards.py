@@ -119,6 +119,37 @@ async def test_over_the_concurrency_limit_is_a_429_with_retry_after() -> None:
     assert len(client.requests) == 2  # the refused one never reached Triton
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_each_of_n_choices_holds_a_slot(stream: bool) -> None:
+    client = GatedClient()
+    client.gate.set()
+    async with http_client(scripted_app(client, max_concurrent_requests=2)) as http:
+        refused = await http.post(CHAT, json=chat_body(n=3, stream=stream))
+        assert_error(refused, 429, "rate_limit_exceeded", code="rate_limit_exceeded")
+        assert client.requests == []
+        assert (await http.post(CHAT, json=chat_body(n=2, stream=stream))).status_code == 200
+        assert (await http.post(CHAT, json=chat_body(stream=stream))).status_code == 200  # the slots are free again
+
+
+async def test_a_background_response_holds_a_slot_until_it_ends(tmp_path: Path) -> None:
+    client = GatedClient()
+    app = scripted_app(client, max_concurrent_requests=2, responses_store=tmp_path / "store.sqlite3")
+    async with http_client(app) as http:
+        for _ in range(2):
+            created = await http.post("/v1/responses", json={"model": MODEL, "input": "x", "background": True})
+            assert created.status_code == 200
+        refused = await http.post("/v1/responses", json={"model": MODEL, "input": "x", "background": True})
+        assert_error(refused, 429, "rate_limit_exceeded", code="rate_limit_exceeded")
+        assert_error(await http.post(CHAT, json=chat_body()), 429, "rate_limit_exceeded", code="rate_limit_exceeded")
+        client.gate.set()
+        for _ in range(100):  # the background generations finish on the next loop iterations
+            response = await http.post(CHAT, json=chat_body())
+            if response.status_code != 429:
+                break
+            await asyncio.sleep(0.02)
+        assert response.status_code == 200
+
+
 async def test_a_client_that_disconnects_frees_its_slot() -> None:
     client = GatedClient()
     app = scripted_app(client, max_concurrent_requests=1)

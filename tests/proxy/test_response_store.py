@@ -44,8 +44,8 @@ def record(
     )
 
 
-def open_store(path: Path, *, ttl_s: float = 3600.0, max_bytes: int = 1_000_000) -> ResponseStore:
-    return SQLiteResponseStore(path, ttl_s=ttl_s, max_bytes=max_bytes)
+def open_store(path: Path, *, ttl_s: float = 3600.0, max_bytes: int = 1_000_000, owners: int = 1) -> ResponseStore:
+    return SQLiteResponseStore(path, ttl_s=ttl_s, max_bytes=max_bytes, owners=owners)
 
 
 @pytest.fixture
@@ -166,12 +166,32 @@ async def test_a_record_larger_than_max_bytes_is_refused(db_path: Path) -> None:
     store = open_store(db_path, max_bytes=1000)
     try:
         await store.put(small)
-        with pytest.raises(ValueError, match=rf"{size_of(big)} bytes, more than the store's 1000"):
+        with pytest.raises(ValueError, match=rf"{size_of(big)} bytes, more than a key's 1000"):
             await store.put(big)
         assert await store.get("resp_big", ALICE) is None
         assert await store.get("resp_small", ALICE) == small  # nothing evicted for a refused record
     finally:
         await store.close()
+
+
+async def test_a_key_that_fills_its_share_evicts_only_its_own_responses(db_path: Path) -> None:
+    mine = [record(f"resp_{i}", created_at=100 + i, text="a" * 300) for i in range(6)]
+    theirs = record("resp_bob", created_at=1, text="b" * 300, owner=BOB)
+    store = open_store(db_path, max_bytes=4 * size_of(mine[0]) + 10, owners=2)  # a share holds two
+    try:
+        await store.put(theirs)
+        for stored in mine:
+            await store.put(stored)
+        assert await store.get("resp_bob", BOB) == theirs  # the oldest of all, but another key's
+        assert [await store.get(s.id, ALICE) is not None for s in mine] == [False] * 4 + [True] * 2
+    finally:
+        await store.close()
+
+
+async def test_a_stored_responses_status_is_read_alone(store: ResponseStore) -> None:
+    await store.put(record(status="in_progress"))
+    assert await store.status("resp_1", ALICE) == "in_progress"
+    assert await store.status("resp_1", BOB) is None and await store.status("resp_none", ALICE) is None
 
 
 async def test_finish_replaces_an_in_progress_record(store: ResponseStore) -> None:

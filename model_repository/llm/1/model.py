@@ -116,6 +116,10 @@ class TritonPythonModel:
             self._counter += 1
             request_id = request.request_id() or f"triton-{self._counter}"
             try:
+                if _input(request, wire.HEALTH_CHECK) is not None:
+                    self._service.health()
+                    sink.send(wire.GenerationOutput(text="", finish_reason=wire.FinishReason.STOP), final=True)
+                    continue
                 generation = wire.decode_request(functools.partial(_input, request))
                 self._service.submit(generation, request_id, sink)
             except (wire.WireError, BackendError) as exc:
