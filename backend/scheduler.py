@@ -146,15 +146,20 @@ class Scheduler:
         try:
             if matcher is None and request.grammar is not None and self._guidance is not None:
                 matcher = self._guidance.grammars.matcher(request.grammar)
-            if request.prompt_logprobs is not None:
-                with torch.inference_mode():
-                    prompt_logprobs = self._score(request)
         except Exception as exc:  # it fails this request only
             if not isinstance(exc, BackendError):
-                logger.exception("preparing request %s failed", request.request_id)
-                exc = BackendError(f"preparing the request failed: {exc}")
+                logger.exception("compiling a grammar failed")
+                exc = BackendError(f"compiling the constraint failed: {exc}")
             deliver_failure(sink, exc)
             return
+        if request.prompt_logprobs is not None:
+            try:
+                with torch.inference_mode():
+                    prompt_logprobs = self._score(request)
+            except Exception as exc:  # scoring fails its own request, never the step
+                logger.exception("scoring the prompt of request %s failed", request.request_id)
+                deliver_failure(sink, BackendError(f"scoring the prompt failed: {exc}"))
+                return
         if request.max_tokens == 0:  # scoring only: nothing to generate
             detokenizer, stop_filter = OutputStream.parts(request, self._decoder)
             stream = OutputStream(request, sink, detokenizer, stop_filter, prompt_logprobs=prompt_logprobs)

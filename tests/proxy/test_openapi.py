@@ -53,7 +53,9 @@ CROSS_FIELD_PARAMS = {"tools", "tool_choice", "functions", "function_call", "str
     "messages",
     "top_logprobs",
     "echo",
-    "max_tokens",  # 0 without echo
+    "max_tokens",  # 0 without echo, or missing with ignore_eos
+    "ignore_eos",  # with a constraint or tools
+    "chat_template_kwargs",  # naming a rendering parameter
     *(f"guided_{kind}" for kind in ("json", "regex", "choice", "grammar")),
     # Responses: input items and tools are parsed one by one by their type (any object is schema-valid),
     # a function_call_output must answer a call, a stream cannot be in the background nor a

@@ -1,0 +1,290 @@
+"""Where a constrained step's time goes, at large batches: the engine alone, closed-loop clients.
+
+The real step loop (``Scheduler``) and the real logits post-processor run in this process, as in
+the engine core. ``--clients`` closed-loop clients each send requests of ``--max-tokens`` tokens
+until ``--requests-per-client`` each are done, so requests finish and join at every step as in
+serving. Each cell runs free, with one schema shared by every request (``shared``), and with a
+schema of its own per request from JSONSchemaBench (``own``, compiled as they arrive: cold), in
+alternating order over ``--rounds`` rounds.
+
+Per cell it reports tokens/s, TBT and TTFT p50, the step loop's milliseconds per step in each of
+its phases (the forward pass lands in whichever phase first waits for the GPU), and the mask
+worker's and the post-processor's own parts: consuming the sampled tokens, filling the masks,
+checking them, waiting for the worker, filling the masks of rows that joined this step, applying
+them. Outputs that end with ``stop`` are checked against their schema with ``jsonschema``.
+
+    python -m bench.step_breakdown --device cuda --random-model /tmp/model_llama --shape llama-3.2-1b \\
+        --clients 64 128 256 --rounds 2 --out docs/results --name step_breakdown_h200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import torch
+
+from backend.assembly import torch_engine
+from backend.chat_template import ChatTemplate
+from backend.constraints import GrammarCache, Guidance, GuidanceLogitsProcessor
+from backend.masking import bitmask_applier
+from backend.requests import EngineRequest, SamplingParams
+from backend.scheduler import Scheduler
+from bench.harness import RecordingSink
+from bench.jsonschemabench import DEFAULT_DATA, load_schemas
+from bench.layers import SCHEMA
+from bench.reports import write_report
+from bench.tbt_overhead import SHAPES, PhaseTimer, random_model, stats_ms, token_gaps
+from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
+from llgtriton.messages import ChatMessage
+from llgtriton.settings import EngineSettings
+
+logger = logging.getLogger("bench.step_breakdown")
+KINDS = ("free", "shared", "own")
+MAX_MODEL_LEN = 2048
+
+
+class Parts:
+    """Seconds spent in named parts, summed, per kind of run."""
+
+    def __init__(self) -> None:
+        self.kind = "warmup"
+        self.totals: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def add(self, name: str, seconds: float) -> None:
+        with self.lock:
+            key = f"{self.kind}:{name}"
+            self.totals[key] = self.totals.get(key, 0.0) + seconds
+
+    def timed(self, name: str, work: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return work(*args, **kwargs)
+            finally:
+                self.add(name, time.perf_counter() - started)
+
+        return run
+
+    def take(self) -> dict[str, float]:
+        with self.lock:
+            totals, self.totals = self.totals, {}
+        return totals
+
+
+def instrument(processor: GuidanceLogitsProcessor, parts: Parts) -> None:
+    """Time the processor's parts in place (this process only): llguidance's calls as the worker and
+    the step loop make them, and the applier's launch."""
+    import llguidance.numpy
+
+    for name in ("consume_token_par", "fill_next_token_bitmask_par"):
+        setattr(llguidance.numpy, name, parts.timed(f"llguidance.{name}", getattr(llguidance.numpy, name)))
+    for name in ("_compute_ahead", "_wait_for_prefetch", "_fill", "mask"):
+        setattr(processor, name, parts.timed(f"processor.{name}", getattr(processor, name)))
+    applier = processor._applier  # a benchmark's instrument
+    applier.apply = parts.timed("applier.apply", applier.apply)  # type: ignore[method-assign]
+
+
+def closed_loop(
+    scheduler: Scheduler,
+    make: Callable[[int], tuple[EngineRequest, dict[str, Any] | None]],
+    clients: int,
+    per_client: int,
+) -> list[tuple[dict[str, Any] | None, RecordingSink]]:
+    """``clients`` threads, each sending ``per_client`` requests one after another; each done request's
+    schema (None: free) and sink."""
+    done: list[tuple[dict[str, Any] | None, RecordingSink]] = []
+    lock = threading.Lock()
+    counter = iter(range(clients * per_client))
+
+    def client() -> None:
+        for _ in range(per_client):
+            with lock:
+                index = next(counter)
+            (request, schema), sink = make(index), RecordingSink()
+            scheduler.submit(request, sink)
+            sink.wait(600)
+            if sink.error is not None:
+                raise RuntimeError(f"a benchmark request failed: {sink.error}")
+            with lock:
+                done.append((schema, sink))
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return done
+
+
+@dataclass
+class Bench:
+    scheduler: Scheduler
+    processor: GuidanceLogitsProcessor
+    phases: PhaseTimer
+    parts: Parts
+    tokenizer: Any
+    vocab: int
+
+
+def build(arguments: argparse.Namespace) -> Bench:
+    """The step loop and its post-processor on a random-weight model, instrumented."""
+    device = torch.device(arguments.device)
+    settings = EngineSettings(device=arguments.device, max_batch_size=max(arguments.clients))
+    model, tokenizer = random_model(arguments.random_model, arguments.shape, device)
+    eos = frozenset({int(tokenizer.eos_token_id)})
+    engine = torch_engine(settings, model, MAX_MODEL_LEN)
+    processor = GuidanceLogitsProcessor.for_tokenizer(
+        tokenizer,
+        engine.vocab_size,
+        eos,
+        settings.max_batch_size,
+        applier=bitmask_applier(device, engine.vocab_size, settings.max_batch_size),
+        mask_threads=arguments.mask_threads,
+    )
+    grammars = GrammarCache(processor.tokenizer, capacity=4096, max_bytes=1 << 30)
+    scheduler = Scheduler(
+        engine,
+        tokenizer,
+        eos,
+        max_batch_size=settings.max_batch_size,
+        max_model_len=MAX_MODEL_LEN,
+        guidance=Guidance(processor, grammars),
+    )
+    parts = Parts()
+    phases = PhaseTimer(scheduler, engine)
+    instrument(processor, parts)
+    scheduler.start()
+    return Bench(scheduler, processor, phases, parts, tokenizer, engine.vocab_size)
+
+
+@dataclass(frozen=True)
+class Requests:
+    """The requests of each kind: prompts, the shared schema, and JSONSchemaBench's schemas."""
+
+    prompts: list[list[int]]
+    own: list[tuple[dict[str, Any], str]]
+    max_tokens: int
+    shared: str = field(default_factory=lambda: json_schema_grammar(SCHEMA))
+
+    def maker(self, kind: str, offset: int) -> Callable[[int], tuple[EngineRequest, dict[str, Any] | None]]:
+        def make(index: int) -> tuple[EngineRequest, dict[str, Any] | None]:
+            schema, grammar = None, None
+            if kind == "shared":
+                schema, grammar = SCHEMA, self.shared
+            elif kind == "own":
+                schema, grammar = self.own[(offset + index) % len(self.own)]
+            request = EngineRequest(
+                request_id=f"{kind}-{offset}-{index}",
+                prompt_ids=tuple(self.prompts[index % len(self.prompts)]),
+                max_tokens=self.max_tokens,
+                sampling=SamplingParams(temperature=0.0),
+                stream=True,
+                grammar=grammar,
+            )
+            return request, schema
+
+        return make
+
+
+def failing_their_schema(done: list[tuple[dict[str, Any] | None, RecordingSink]]) -> int:
+    """Outputs that ended with ``stop`` and do not validate against their schema."""
+    invalid = 0
+    for schema, sink in done:
+        last = sink.outputs[-1]
+        if schema is not None and last.finish_reason is not None and last.finish_reason.value == "stop":
+            try:
+                jsonschema.validate(json.loads(sink.text), schema)
+            except (ValueError, jsonschema.ValidationError):
+                invalid += 1
+    return invalid
+
+
+def measure(bench: Bench, make: Callable[[int], Any], kind: str, clients: int, per_client: int) -> dict[str, Any]:
+    bench.parts.kind = bench.phases.side = kind
+    bench.parts.take()
+    bench.phases.take()
+    steps_before = bench.scheduler.counters.totals().steps
+    started = time.perf_counter()
+    done = closed_loop(bench.scheduler, make, clients, per_client)
+    elapsed = time.perf_counter() - started
+    steps = max(bench.scheduler.counters.totals().steps - steps_before, 1)
+    phase_ms = bench.phases.take()
+    part_s = bench.parts.take()
+    sinks = [sink for _, sink in done]
+    return {
+        "tokens_per_s": sum(sink.outputs[-1].completion_tokens for sink in sinks) / elapsed,
+        "tbt_ms": stats_ms([gap for sink in sinks for gap in token_gaps(sink)]),
+        "ttft_ms_p50": statistics.median((sink.stamps[0][0] - sink.submitted) * 1e3 for sink in sinks),
+        "steps": steps,
+        "ms_per_step": {k.split(":", 1)[1]: v / steps for k, v in sorted(phase_ms.items()) if k.startswith(kind)},
+        "parts_ms_per_step": {
+            k.split(":", 1)[1]: v * 1e3 / steps for k, v in sorted(part_s.items()) if k.startswith(kind)
+        },
+        "stopped_outputs_failing_their_schema": failing_their_schema(done),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--requests-per-client", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--random-model", type=Path, required=True, help="config + tokenizer folder: random weights")
+    parser.add_argument("--shape", choices=sorted(SHAPES))
+    parser.add_argument("--mask-threads", type=int, default=None)
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    parser.add_argument("--name", default="step_breakdown")
+    arguments = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    bench = build(arguments)
+    own: list[tuple[dict[str, Any], str]] = []
+    for _, entry in load_schemas(arguments.data):
+        try:
+            grammar = json_schema_grammar(entry["schema"])
+            check_grammar(grammar, bench.processor.tokenizer)
+        except GuideError:
+            continue
+        own.append((entry["schema"], grammar))
+    logger.info("%d schemas compile", len(own))
+    template = ChatTemplate(bench.tokenizer)
+    prompts = [template.render([ChatMessage("user", f"Describe person number {i} as JSON.")]) for i in range(64)]
+    requests = Requests(prompts, own, arguments.max_tokens)
+    closed_loop(bench.scheduler, requests.maker("shared", 0), 4, 1)  # warm up
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if arguments.device.startswith("cuda") else "cpu",
+        "vocab": bench.vocab,
+        "max_tokens": arguments.max_tokens,
+        "mask_threads": arguments.mask_threads,
+        "cells": {},
+    }
+    offset = 0
+    for clients in arguments.clients:
+        for round_index in range(arguments.rounds):
+            for kind in arguments.kinds if round_index % 2 == 0 else arguments.kinds[::-1]:
+                make = requests.maker(kind, offset)
+                cell = measure(bench, make, kind, clients, arguments.requests_per_client)
+                offset += clients * arguments.requests_per_client
+                report["cells"].setdefault(f"{clients}/{kind}", []).append(cell)
+                logger.info("%d clients, %s: %s", clients, kind, json.dumps(cell))
+                write_report(arguments.out / f"{arguments.name}.json", report)  # a run cut short keeps its cells
+    bench.scheduler.shutdown()
+
+
+if __name__ == "__main__":
+    main()
