@@ -274,8 +274,11 @@ class GuidanceLogitsProcessor:
                 states.append(state)
         if not rows:
             return
-        # Rows the worker already computed (the same requests, in the same order) are reused.
-        done = len(ready) if tuple(client_ids[row] for row in rows[: len(ready)]) == ready else 0
+        # Rows the worker already computed, as far as they are the same requests in the same order, are
+        # reused (one that ended on a stop string meanwhile shifts the rest: those are computed again).
+        done = 0
+        while done < len(ready) and done < len(rows) and client_ids[rows[done]] == ready[done]:
+            done += 1
         self._fill(states[done:], self._applier.host_masks(len(rows)), done)
         if isinstance(logits, torch.Tensor):
             self._applier.apply(logits, stream_ptr, rows=None if len(rows) == logits.shape[0] else rows)

@@ -3,10 +3,9 @@
 Each step: drop cancelled requests, decode every running sequence in one batched forward pass,
 prefill the requests admitted since the last step together, run each request's logits post-processor
 (TensorRT-LLM's signature) on its logits row, sample, then detokenize, check stop conditions
-and send responses. The constrained requests' masks are computed on a worker thread while a
-forward pass runs: started right after the decode is queued when the engine replays it as a CUDA
-graph, else at the end of the step, during the next pass's launches. The loop runs on its own
-thread; ``submit`` only enqueues.
+and send responses. The constrained requests' masks are computed on a worker thread, started as
+soon as a step's tokens are sampled: it runs while they are delivered, during the next step's
+admissions and its forward pass. The loop runs on its own thread; ``submit`` only enqueues.
 
 A constrained request whose grammar is not in the cache yet is compiled on a small thread pool
 (llguidance releases the GIL) and joins the queue when it is ready: a burst of new schemas
@@ -231,8 +230,6 @@ class Scheduler:
         if decoding:
             parts.append(self._engine.decode([s.seq_id for s in decoding], [s.generated[-1] for s in decoding]))
             step.extend(decoding)
-            if self._engine.decode_is_queued:
-                self._compute_masks_ahead()  # the worker runs while the GPU runs the forward pass just queued
         joined = [seq for seq in map(self._admit, admitted) if seq is not None]
         if joined:  # every prompt admitted this step, in as few forward passes as the engine can
             parts.append(
@@ -245,27 +242,40 @@ class Scheduler:
         masking_started = time.perf_counter()
         constrained = self._constrain(step, logits) if logits is not None else 0
         masking_seconds = time.perf_counter() - masking_started if constrained else 0.0
-        for seq, token in self._sample(rows):
+        sampled = self._sample(rows)
+        self._compute_masks_ahead(sampled)  # the worker runs while the tokens are delivered, and the next pass
+        for seq, token in sampled:
             self._advance(seq, token)
-        if not self._engine.decode_is_queued:
-            self._compute_masks_ahead()  # the worker runs while the next forward pass is launched
         if rows:
             self.counters.add_step(len(rows), constrained, masking_seconds)
 
-    def _compute_masks_ahead(self) -> None:
-        """Start the next masks on the worker: consume each request's newest token, compute its mask.
+    def _compute_masks_ahead(self, sampled: list[tuple[_Sequence, int]]) -> None:
+        """Start the next masks on the worker: each constrained request consumes the token it just
+        sampled, and its next mask is computed.
 
-        With an engine whose decode only queues a graph replay, this is called right after it, so
-        the worker runs while the GPU computes and the loop thread only waits; otherwise at the
-        end of the step, so the worker runs while the next forward pass is launched (or, on CPU,
-        computed: torch releases the GIL).
+        Called as soon as the step's tokens are known, before they are detokenized and delivered
+        (at 256 rows that takes longer than the masks): the worker runs during that, the next
+        step's admissions and its forward pass, and the loop waits for it only when it applies
+        the masks. A request that its token ends (an end token, its length) is left out, so
+        releasing it never waits for the worker; one a stop string ends is released after the
+        worker is done with it.
         """
         if self._guidance is None:
             return
         processor = self._guidance.processor
-        ahead = [seq for seq in self._running if seq.generated and processor.is_constrained(seq.seq_id)]
+        ahead = [
+            (seq.seq_id, token)
+            for seq, token in sampled
+            if processor.is_constrained(seq.seq_id) and not self._ends_on(seq, token)
+        ]
         if ahead:
-            processor.prefetch([seq.seq_id for seq in ahead], [seq.generated[-1] for seq in ahead])
+            processor.prefetch([seq_id for seq_id, _ in ahead], [token for _, token in ahead])
+
+    def _ends_on(self, seq: _Sequence, token: int) -> bool:
+        """Whether ``token`` ends ``seq`` whatever its text: an end token, or its last allowed token."""
+        if token in self._eos and not seq.request.ignore_eos:
+            return True
+        return len(seq.generated) + 1 >= seq.request.max_tokens or seq.context_full(self._max_model_len - 1)
 
     def _constrain(self, step: list[_Sequence], logits: torch.Tensor) -> int:
         """Mask the step's constrained rows in one call; returns their count."""

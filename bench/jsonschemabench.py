@@ -46,6 +46,15 @@ class SchemaResult:
     mask_us: list[float] = field(default_factory=list)
 
 
+# The serving benchmarks' one schema, shared by every constrained request (bench.layers, bench.step_breakdown).
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
+    "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+
+
 def load_schemas(data: Path) -> list[tuple[str, dict[str, Any]]]:
     schemas = [(path.stem, json.loads(path.read_text())) for path in sorted(data.glob("*.json"))]
     if not schemas:

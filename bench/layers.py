@@ -52,6 +52,7 @@ from backend.service import GenerationService
 from bench import process_cpu
 from bench.aiperf_layer import AiperfRun, hub_cache_tokenizer, prompts_file, run_aiperf
 from bench.harness import RecordingSink, RunningServer, start_server, stop_server
+from bench.jsonschemabench import SCHEMA
 from bench.perf_analyzer_layer import perf_analyzer_data, run_perf_analyzer
 from bench.reports import write_report
 from bench.tbt_overhead import random_checkpoint
@@ -62,12 +63,6 @@ from proxy.triton_client import TritonGenerationClient
 
 logger = logging.getLogger("bench.layers")
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = {
-    "type": "object",
-    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
-    "required": ["name", "age", "city"],
-    "additionalProperties": False,
-}
 PROMPTS = [f"Describe person number {i} as JSON with a name, an age and a city." for i in range(256)]
 # The GPU run's requests, which bench/perf_analyzer/*.json hold for perf_analyzer.
 SHIPPED_DATA = {"requests": 256, "max_tokens": 64}

@@ -45,7 +45,8 @@ import jsonschema
 import openai
 
 from bench.harness import ROOT, free_port, spawn, stop_process, wait_until_ready
-from bench.layers import PROMPTS, SCHEMA, engine_flags, engine_settings, quiet_logging, served_model
+from bench.jsonschemabench import SCHEMA
+from bench.layers import PROMPTS, engine_flags, engine_settings, quiet_logging, served_model
 from launcher.triton_server import live_children
 
 logger = logging.getLogger("bench.replicas")

@@ -35,7 +35,8 @@ import numpy as np
 import openai
 
 from bench.hostile import PROXY_ATTACKS
-from bench.layers import SCHEMA, quiet_logging, running_server
+from bench.jsonschemabench import SCHEMA
+from bench.layers import quiet_logging, running_server
 from bench.reports import write_report
 
 logger = logging.getLogger("bench.soak")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import llguidance.hf
 import torch
 
 from backend.assembly import torch_engine
@@ -40,8 +41,7 @@ from backend.masking import bitmask_applier
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
 from bench.harness import RecordingSink
-from bench.jsonschemabench import DEFAULT_DATA, load_schemas
-from bench.layers import SCHEMA
+from bench.jsonschemabench import DEFAULT_DATA, SCHEMA, load_schemas
 from bench.reports import write_report
 from bench.tbt_overhead import SHAPES, PhaseTimer, random_model, stats_ms, token_gaps
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
@@ -144,14 +144,21 @@ def build(arguments: argparse.Namespace) -> Bench:
     model, tokenizer = random_model(arguments.random_model, arguments.shape, device)
     eos = frozenset({int(tokenizer.eos_token_id)})
     engine = torch_engine(settings, model, MAX_MODEL_LEN)
-    processor = GuidanceLogitsProcessor.for_tokenizer(
-        tokenizer,
-        engine.vocab_size,
-        eos,
-        settings.max_batch_size,
-        applier=bitmask_applier(device, engine.vocab_size, settings.max_batch_size),
-        mask_threads=arguments.mask_threads,
-    )
+    applier = bitmask_applier(device, engine.vocab_size, settings.max_batch_size)
+    if arguments.llguidance_own_tokenizer:  # what the masks cost before spelled special tokens were text
+        own = llguidance.hf.from_tokenizer(tokenizer, n_vocab=engine.vocab_size, eos_token=sorted(eos))
+        processor = GuidanceLogitsProcessor(
+            own, engine.vocab_size, settings.max_batch_size, applier=applier, mask_threads=arguments.mask_threads
+        )
+    else:
+        processor = GuidanceLogitsProcessor.for_tokenizer(
+            tokenizer,
+            engine.vocab_size,
+            eos,
+            settings.max_batch_size,
+            applier=applier,
+            mask_threads=arguments.mask_threads,
+        )
     grammars = GrammarCache(processor.tokenizer, capacity=4096, max_bytes=1 << 30)
     scheduler = Scheduler(
         engine,
@@ -245,6 +252,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--random-model", type=Path, required=True, help="config + tokenizer folder: random weights")
     parser.add_argument("--shape", choices=sorted(SHAPES))
     parser.add_argument("--mask-threads", type=int, default=None)
+    parser.add_argument(
+        "--llguidance-own-tokenizer",
+        action="store_true",
+        help="llguidance.hf's tokenizer, not backend.guidance_tokenizer",
+    )
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
@@ -271,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "vocab": bench.vocab,
         "max_tokens": arguments.max_tokens,
         "mask_threads": arguments.mask_threads,
+        "guidance_tokenizer": "llguidance.hf" if arguments.llguidance_own_tokenizer else "backend.guidance_tokenizer",
         "cells": {},
     }
     offset = 0
