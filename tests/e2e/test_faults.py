@@ -156,18 +156,21 @@ def test_stub_crash_ends_requests_in_flight_with_an_error_then_serves_again(
     assert "python backend stub" in own_server.log.read_text()
 
 
+def _a_long_story_begun(client: openai.OpenAI) -> Iterator[object]:
+    """A streamed 500-token answer whose first chunk has arrived: the rest of its chunks."""
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Tell me a very long story."}], max_tokens=500, stream=True
+    )
+    chunks = iter(stream)
+    next(chunks)
+    return chunks
+
+
 def test_a_dead_engine_process_ends_its_requests_and_is_replaced_by_its_stub(own_server: RunningServer) -> None:
     """The stub starts another engine process; Triton and the stub carry on."""
     stubs, (core,) = _stubs(own_server), _cores(own_server)
     with openai.OpenAI(base_url=own_server.openai_base_url, api_key="unused", max_retries=0, timeout=120) as client:
-        stream = client.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "Tell me a very long story."}],
-            max_tokens=500,
-            stream=True,
-        )
-        chunks = iter(stream)
-        next(chunks)
+        chunks = _a_long_story_begun(client)
         os.kill(core, signal.SIGKILL)
         with pytest.raises(openai.APIError, match="engine process exited"):
             for _ in chunks:
@@ -183,14 +186,7 @@ def test_a_stuck_engine_process_is_noticed_its_requests_fail_and_it_is_replaced(
     (core,) = _cores(own_server)
     ready_url = f"http://127.0.0.1:{own_server.proxy_port}/ready"
     with openai.OpenAI(base_url=own_server.openai_base_url, api_key="unused", max_retries=0, timeout=120) as client:
-        stream = client.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "Tell me a very long story."}],
-            max_tokens=500,
-            stream=True,
-        )
-        chunks = iter(stream)
-        next(chunks)
+        chunks = _a_long_story_begun(client)
         os.kill(core, signal.SIGSTOP)
         try:
             deadline = time.monotonic() + 15
