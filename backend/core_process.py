@@ -272,6 +272,9 @@ class CoreProcess:
         self._reader.start()
         self._canceller = threading.Thread(target=self._cancel, name="llgtriton-core-cancel", daemon=True)
         self._canceller.start()
+        # Apart from the reader, which a core stopped halfway through a message leaves blocked in recv().
+        self._watchdog = threading.Thread(target=self._watch, name="llgtriton-core-watchdog", daemon=True)
+        self._watchdog.start()
 
     @property
     def step_counters(self) -> StepCounters:
@@ -334,8 +337,6 @@ class CoreProcess:
     def _read(self) -> None:
         while not self._stopping.is_set():
             try:
-                if not self._connection.poll(self._stuck_after_s):
-                    self._stuck()
                 batch = self._connection.recv()
             except (EOFError, OSError):
                 if self._stopping.is_set():
@@ -362,16 +363,16 @@ class CoreProcess:
         elif reply.output is not None:
             sink.send(reply.output, final=reply.final)
 
-    def _stuck(self) -> None:
-        """The core said nothing for :data:`STUCK_AFTER_S`: it is killed, and :meth:`_restart` follows."""
-        logger.error(
-            "the engine process %s sent nothing for %.0f s; killing it", self._process.pid, self._stuck_after_s
-        )
-        self._restarting = True
-        with contextlib.suppress(ProcessLookupError, OSError):
-            self._process.kill()
-        with self._lock:
-            self._connection.close()  # the recv that follows fails, as for a core that died
+    def _watch(self) -> None:
+        """Kill a core silent for :data:`STUCK_AFTER_S`: its end of the pipe closes, the reader's
+        ``recv`` ends, and :meth:`_restart` follows as for a core that died."""
+        while not self._stopping.wait(STATUS_INTERVAL_S):
+            if self._restarting or time.monotonic() - self._heard <= self._stuck_after_s:
+                continue
+            logger.error("the engine process %s sent nothing for %.0f s; killing it", self.pid, self._stuck_after_s)
+            self._restarting = True
+            with contextlib.suppress(ProcessLookupError, OSError):
+                self._process.kill()
 
     def _restart(self) -> None:
         """The core died: its requests end with an error, and a new core takes over."""
