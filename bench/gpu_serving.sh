@@ -6,11 +6,12 @@
 # clients, Triton also by perf_analyzer, the proxy by aiperf (out of process); then the plot.
 #   make device-carry device-carry-triton device-carry-llama device-carry-aiperf device-carry-perf-analyzer  # here
 #   bash bench/gpu_stage.sh aiperf perf_analyzer  # there, first: carry device_carry/{aiperf,perf_analyzer}
-#   bash bench/gpu_serving.sh [on|off] [bench.layers options]  # then: carry device_carry/{wheels,triton,model_llama}
+#   [NAME=report] bash bench/gpu_serving.sh [on|off] [bench.layers options]  # then: carry device_carry/{wheels,triton,model_llama}
 set -euo pipefail
 MODE=${1:-on}
 [ $# -gt 0 ] && shift
 OUT=${OUT:-docs/results}
+NAME=${NAME:-serving_$MODE}
 mkdir -p "$OUT"
 
 source bench/gpu_carried.sh
@@ -27,9 +28,9 @@ chmod +x /tmp/perf_analyzer/perf_analyzer/bin/perf_analyzer
 rm -rf /tmp/model_llama && cp -r device_carry/model_llama /tmp/model_llama && xz -d /tmp/model_llama/tokenizer.json.xz
 
 "$PY" -m bench.layers --random-model /tmp/model_llama --device cuda --core-process "$MODE" \
-    --name "serving_$MODE" --out "$OUT" --concurrency 1 8 32 64 128 256 --requests 4 --max-tokens 64 \
+    --name "$NAME" --out "$OUT" --concurrency 1 8 32 64 128 256 --requests 4 --max-tokens 64 \
     --max-batch-size 256 --layers engine triton \
     --perf-analyzer /tmp/perf_analyzer/perf_analyzer/bin/perf_analyzer \
     --aiperf "env LLGTRITON_PLAIN_PYTHON=1 PYTHONPATH=$AIPERF_SITE $PY -m aiperf" "$@" ||
     { tail -n 60 "$OUT"/*.log; exit 1; }
-"$PY" -m bench.plot_serving "$OUT/serving_$MODE.png" "$OUT/serving_$MODE.json"
+"$PY" -m bench.plot_serving "$OUT/$NAME.png" "$OUT/$NAME.json"

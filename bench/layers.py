@@ -55,6 +55,7 @@ from bench.harness import RecordingSink, RunningServer, start_server, stop_serve
 from bench.jsonschemabench import SCHEMA
 from bench.perf_analyzer_layer import perf_analyzer_data, run_perf_analyzer
 from bench.reports import write_report
+from bench.step_rate import StepRecorder
 from bench.tbt_overhead import random_checkpoint
 from llgtriton import wire
 from llgtriton.messages import ChatMessage
@@ -196,6 +197,8 @@ async def closed_loop(send: Send, requests: Sequence[wire.GenerationRequest], co
         "tbt_ms_p50": statistics.median(tbts) * 1e3,
         "tokens_per_s": sum(t.tokens for t in timings) / elapsed,
         "mean_tokens": statistics.mean(t.tokens for t in timings),
+        # Below 1 when the layers merge tokens into one response (the stub's pump falling behind).
+        "chunks_per_token": sum(len(t.arrivals) for t in timings) / max(1, sum(t.tokens for t in timings)),
     }
 
 
@@ -309,16 +312,19 @@ def external_layers(
     return measures
 
 
-async def measured(figures: Awaitable[dict[str, Any]], cpu: process_cpu.CpuRecorder) -> dict[str, Any]:
+async def measured(
+    figures: Awaitable[dict[str, Any]], cpu: process_cpu.CpuRecorder, steps: StepRecorder
+) -> dict[str, Any]:
     """``figures``, with the CPU each of the server's processes used while they were taken (over the
-    load generator's own window where it reports one)."""
+    load generator's own window where it reports one) and how the engine stepped meanwhile."""
     start = time.time()
     result = dict(await figures)
     end = time.time()
     window = result.pop("window_start_s", start), result.pop("window_end_s", end)
     if not start - 1 <= window[0] < window[1] <= end + 1:  # not this clock's times after all
         window = start, end
-    return {**result, "cpu_cores": cpu.cores_between(*window)}
+    stepping = await asyncio.to_thread(steps.between, *window)
+    return {**result, "cpu_cores": cpu.cores_between(*window), "engine_steps": stepping}
 
 
 async def run(
@@ -341,6 +347,9 @@ async def run(
     external = external_layers(arguments, settings, server, model)
     cpu = process_cpu.CpuRecorder(server.pid)
     cpu.start()
+    engine_steps, triton_steps = StepRecorder(service.step_counters.totals), StepRecorder.of_triton(server.metrics_port)
+    engine_steps.start()
+    triton_steps.start()
     results: dict[str, Any] = {}
     try:
         for concurrency in arguments.concurrency:
@@ -357,13 +366,17 @@ async def run(
                 names = list(layers)
                 shift = len(results) % max(len(names), 1)  # rotate the order, so no layer always runs first
                 results[key] = {
-                    name: await measured(closed_loop(layers[name], requests, concurrency), cpu)
+                    name: await measured(
+                        closed_loop(layers[name], requests, concurrency),
+                        cpu,
+                        engine_steps if name == "engine" else triton_steps,
+                    )
                     for name in names[shift:] + names[:shift]
                 }
                 for name, measure in external.items():
                     try:
                         results[key][name] = await measured(
-                            asyncio.to_thread(measure, concurrency, count, constrained), cpu
+                            asyncio.to_thread(measure, concurrency, count, constrained), cpu, triton_steps
                         )
                     except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the report says so; the rest stands
                         logger.error("%s at %s: %s", name, key, exc)
@@ -372,6 +385,8 @@ async def run(
                 progress(results)  # a run cut short keeps what it measured
     finally:
         cpu.stop()
+        engine_steps.stop()
+        triton_steps.stop()
         service.shutdown()
         await triton.close()
         await proxy.close()

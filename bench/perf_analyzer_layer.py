@@ -97,6 +97,7 @@ def run_perf_analyzer(
 ) -> dict[str, float]:
     """perf_analyzer streaming over gRPC at ``concurrency``, windows of ``count`` requests."""
     export = work / f"perf_analyzer_{data.stem}_c{concurrency}.json"
+    export.unlink(missing_ok=True)  # perf_analyzer refuses to overwrite one (a second run in one work folder)
     command = [
         binary,
         "-m",
