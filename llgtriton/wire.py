@@ -388,18 +388,27 @@ def _prompt_logprobs_from_json(payload: str) -> PromptLogprobs | None:
 
 
 def encode_output(output: GenerationOutput) -> dict[str, Array]:
+    """A response's tensors: the text, finish reason and token counts always; the optional outputs only
+    where they carry something (each tensor costs the python stub a shared-memory copy per response,
+    and the decoder reads a missing one as its default)."""
     reason = output.finish_reason.value if output.finish_reason is not None else ""
-    return {
+    tensors = {
         TEXT_OUTPUT: np.array([[output.text.encode("utf-8")]], dtype=np.object_),
         FINISH_REASON: _scalar(FINISH_REASON, reason),
         NUM_INPUT_TOKENS: _scalar(NUM_INPUT_TOKENS, output.prompt_tokens),
         NUM_OUTPUT_TOKENS: _scalar(NUM_OUTPUT_TOKENS, output.completion_tokens),
-        NUM_REASONING_TOKENS: _scalar(NUM_REASONING_TOKENS, output.reasoning_tokens),
-        TOKEN_LOGPROBS: _scalar(TOKEN_LOGPROBS, _logprobs_json(output.logprobs)),
-        PROMPT_LOGPROBS: _scalar(PROMPT_LOGPROBS, _prompt_logprobs_json(output.prompt_logprobs)),
-        TOOL_CALL_FORMAT: _scalar(TOOL_CALL_FORMAT, output.tool_call_format),
-        REASONING_FORMAT: _scalar(REASONING_FORMAT, output.reasoning_format),
     }
+    if output.reasoning_tokens:
+        tensors[NUM_REASONING_TOKENS] = _scalar(NUM_REASONING_TOKENS, output.reasoning_tokens)
+    if output.logprobs is not None:
+        tensors[TOKEN_LOGPROBS] = _scalar(TOKEN_LOGPROBS, _logprobs_json(output.logprobs))
+    if output.prompt_logprobs is not None:
+        tensors[PROMPT_LOGPROBS] = _scalar(PROMPT_LOGPROBS, _prompt_logprobs_json(output.prompt_logprobs))
+    if output.tool_call_format:
+        tensors[TOOL_CALL_FORMAT] = _scalar(TOOL_CALL_FORMAT, output.tool_call_format)
+    if output.reasoning_format:
+        tensors[REASONING_FORMAT] = _scalar(REASONING_FORMAT, output.reasoning_format)
+    return tensors
 
 
 # Decoding -----------------------------------------------------------------------------------
