@@ -73,8 +73,8 @@ FINISH_REASON = "finish_reason"
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
 NUM_REASONING_TOKENS = "num_reasoning_tokens"  # of the output tokens, those the model thought in
-TOKEN_LOGPROBS = "token_logprobs"  # JSON list, one entry per token of this response ("" when not asked)
-PROMPT_LOGPROBS = "prompt_logprobs"  # JSON object, on a request's first response ("" otherwise)
+TOKEN_LOGPROBS = "token_logprobs"  # JSON list, one entry per token of this response (absent when not asked)
+PROMPT_LOGPROBS = "prompt_logprobs"  # JSON object, on a request's first response (absent otherwise)
 TOOL_CALL_FORMAT = "tool_call_format"  # the family calls are written in, on the first response of a request with tools
 REASONING_FORMAT = "reasoning_format"  # how the output's thinking is marked, on the first response of one that thinks
 
