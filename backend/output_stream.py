@@ -92,7 +92,7 @@ class OutputStream:
         Raises :class:`~backend.output_grammar.IncompleteOutput` for an end token where the output's
         grammar is incomplete: the request then fails, never answering ``stop`` for broken output."""
         self.generated.append(token)
-        if token in eos and not self.request.ignore_eos:
+        if self.is_end_token(token, eos):
             if self.grammar is not None:
                 self.grammar.check_complete()
             return self.final(FinishReason.STOP, self.drain())
@@ -101,7 +101,7 @@ class OutputStream:
         text, stopped = self.stop_filter.push(piece)
         if stopped:
             return self.final(FinishReason.STOP, text)
-        if len(self.generated) >= self.request.max_tokens or self.context_full(max_model_len):
+        if self._at_limit(max_model_len):
             return self.final(FinishReason.LENGTH, text + self.drain())
         if text:
             self.text.append(text)
@@ -120,8 +120,18 @@ class OutputStream:
         if was_thinking or self.thinking.thinking:
             self.reasoning_tokens = len(self.generated)
 
-    def context_full(self, max_model_len: int) -> bool:
-        return len(self.request.prompt_ids) + len(self.generated) >= max_model_len
+    def ends_on(self, token: int, eos: Collection[int], max_model_len: int) -> bool:
+        """Whether :meth:`push` of ``token`` will end the request whatever its text: an end token,
+        or the length or context limit it reaches."""
+        return self.is_end_token(token, eos) or self._at_limit(max_model_len, ahead=1)
+
+    def is_end_token(self, token: int, eos: Collection[int]) -> bool:
+        return token in eos and not self.request.ignore_eos
+
+    def _at_limit(self, max_model_len: int, *, ahead: int = 0) -> bool:
+        """``max_tokens`` or the context reached, with ``ahead`` more tokens generated."""
+        generated = len(self.generated) + ahead
+        return generated >= self.request.max_tokens or len(self.request.prompt_ids) + generated >= max_model_len
 
     def drain(self) -> str:
         """Text still held by the detokenizer and the stop filter, at the end of generation."""

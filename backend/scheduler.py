@@ -266,16 +266,10 @@ class Scheduler:
         ahead = [
             (seq.seq_id, token)
             for seq, token in sampled
-            if processor.is_constrained(seq.seq_id) and not self._ends_on(seq, token)
+            if processor.is_constrained(seq.seq_id) and not seq.ends_on(token, self._eos, self._max_model_len)
         ]
         if ahead:
             processor.prefetch([seq_id for seq_id, _ in ahead], [token for _, token in ahead])
-
-    def _ends_on(self, seq: _Sequence, token: int) -> bool:
-        """Whether ``token`` ends ``seq`` whatever its text: an end token, or its last allowed token."""
-        if token in self._eos and not seq.request.ignore_eos:
-            return True
-        return len(seq.generated) + 1 >= seq.request.max_tokens or seq.context_full(self._max_model_len - 1)
 
     def _constrain(self, step: list[_Sequence], logits: torch.Tensor) -> int:
         """Mask the step's constrained rows in one call; returns their count."""
@@ -366,7 +360,7 @@ class Scheduler:
             tokens = greedy_tokens([logits for _, logits in greedy])
             sampled.extend(zip((seq for seq, _ in greedy), tokens, strict=True))
         for seq, token in sampled:
-            if seq in reporting and (token not in self._eos or seq.request.ignore_eos):  # an end token is no output
+            if seq in reporting and not seq.is_end_token(token, self._eos):  # an end token is no output
                 seq.logprobs.append(self._logprob(reporting[seq], token, seq.request.logprobs or 0))
         return sampled
 
