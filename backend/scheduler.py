@@ -33,7 +33,7 @@ import torch
 from llguidance import LLMatcher
 
 from backend.constraints import Guidance
-from backend.detokenizer import Decoder
+from backend.detokenizer import Decoder, fast_decoder
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
 from backend.output_grammar import IncompleteOutput, OutputGrammar
@@ -93,7 +93,7 @@ class Scheduler:
         self._engine = engine
         self._token_bytes = token_bytes or (lambda token: decoder.decode([token]).encode())
         self._guidance = guidance
-        self._decoder = decoder
+        self._decoder = fast_decoder(decoder)
         self._eos = eos_token_ids
         self._max_batch_size = max_batch_size
         self._max_model_len = max_model_len

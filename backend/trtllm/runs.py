@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from llguidance import LLMatcher, LLTokenizer
 
-from backend.detokenizer import Decoder
+from backend.detokenizer import Decoder, fast_decoder
 from backend.errors import BackendError, Unavailable
 from backend.output_grammar import IncompleteOutput, OutputGrammar
 from backend.output_stream import OutputStream, deliver, deliver_failure, is_cancelled
@@ -52,7 +52,7 @@ class Runs:
         release: Callable[[Run], None] = lambda run: None,
     ) -> None:
         """``stop_engine`` cancels a run the engine still works on; ``release`` frees what the adapter holds."""
-        self._decoder = decoder
+        self._decoder = fast_decoder(decoder)
         self._guidance_tokenizer = guidance_tokenizer
         self._eos = frozenset(eos_token_ids)
         self._max_model_len = max_model_len

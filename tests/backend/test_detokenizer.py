@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
-from backend.detokenizer import REPLACEMENT, IncrementalDetokenizer
+from backend.detokenizer import REPLACEMENT, IncrementalDetokenizer, fast_decoder
+from tests.backend.llama_tokenizer import llama_tokenizer
 
 TEXTS = ["中文：你好，世界。我们看到的美国", "Emoji: 😀😃😄 café naïve", "plain ascii, with  spaces\nand lines"]
 
@@ -35,3 +37,33 @@ def test_flush_releases_an_incomplete_character_as_replacement(tokenizer: Any) -
     emitted = "".join(detokenizer.push(token) for token in ids[:-1])
     assert emitted == "a"
     assert detokenizer.flush() == REPLACEMENT
+
+
+@pytest.mark.parametrize("skip_special_tokens", [False, True])
+def test_the_fast_decoder_decodes_what_transformers_decodes(tokenizer: Any, skip_special_tokens: bool) -> None:
+    decoder = fast_decoder(tokenizer)
+    assert decoder is not tokenizer, "SmolLM2's BPE tokenizer has a Rust decoder to use"
+    rng = random.Random(0)
+    specials = sorted(tokenizer.all_special_ids)
+    for text in [*TEXTS, " , . ?  spaces before punctuation", "<|im_start|>user\nhi<|im_end|>"]:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        ids.insert(rng.randrange(len(ids) + 1), rng.choice(specials))
+        assert decoder.decode(ids, skip_special_tokens=skip_special_tokens) == tokenizer.decode(
+            ids, skip_special_tokens=skip_special_tokens
+        )
+    random_ids = [rng.randrange(tokenizer.vocab_size) for _ in range(500)]
+    assert decoder.decode(random_ids) == tokenizer.decode(random_ids)
+
+
+def test_streams_through_the_fast_decoder_add_up_to_the_text(tokenizer: Any) -> None:
+    ids = tokenizer.encode(TEXTS[0] + TEXTS[1], add_special_tokens=False)
+    detokenizer = IncrementalDetokenizer(fast_decoder(tokenizer), tokenizer.encode("Say:", add_special_tokens=False))
+    deltas = [detokenizer.push(token) for token in ids] + [detokenizer.flush()]
+    assert all(REPLACEMENT not in delta for delta in deltas)
+    assert "".join(deltas) == tokenizer.decode(ids)
+
+
+def test_a_bpe_tokenizer_that_asks_for_clean_up_keeps_its_spaces_either_way() -> None:
+    tokenizer = llama_tokenizer()  # clean_up_tokenization_spaces: true, which transformers ignores for BPE
+    ids = tokenizer.encode('{"a" : 1 , "b" : "x . y ?"}', add_special_tokens=False)
+    assert fast_decoder(tokenizer).decode(ids) == tokenizer.decode(ids) == '{"a" : 1 , "b" : "x . y ?"}'
