@@ -1,7 +1,7 @@
-"""The composition root: the backend's parts put together for ``settings.engine``.
+"""The composition root: the backend's parts put together for ``settings.engine``, in this process.
 
-``model.py`` calls :func:`start_service` once per model instance; everything it returns is a
-:class:`~backend.service.Service`.
+``backend.entry`` calls :func:`start_in_process` for a stub that runs its engine itself, and the
+engine core (``backend.core_process``) calls it for a stub whose engine runs apart.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from transformers import PreTrainedModel
 
 from backend.chat_template import ChatTemplate
 from backend.constraints import Guidance, GuidanceLogitsProcessor
+from backend.contract import Service
 from backend.engine import Engine
 from backend.masking import bitmask_applier
 from backend.model_loader import load_model
-from backend.response_pump import ResponsePump
+from backend.response_pump import pump_for
 from backend.scheduler import Scheduler
-from backend.service import GenerationService, Runner, Service
+from backend.service import GenerationService, Runner
 from backend.slot_engine import SlotEngine, cache_bytes, supports
 from backend.synthetic import SyntheticService
 from backend.torch_engine import TorchEngine
@@ -68,22 +69,8 @@ def _with_graphs(engine: SlotEngine) -> SlotEngine:
     return engine
 
 
-def uses_core_process(settings: EngineSettings) -> bool:
-    if settings.core_process == "auto":
-        return settings.device.startswith("cuda") and settings.engine != "synthetic"
-    return settings.core_process == "on"
-
-
-def response_pump(settings: EngineSettings) -> ResponsePump | None:
-    return ResponsePump() if settings.coalesce_responses else None
-
-
-def start_service(settings: EngineSettings) -> Service:
-    """The service for ``settings.engine``: in this process, or in an engine process of its own."""
-    if uses_core_process(settings):
-        from backend.core_process import CoreProcess
-
-        return CoreProcess(settings, response_pump(settings))
+def start_in_process(settings: EngineSettings) -> Service:
+    """The service for ``settings.engine``, with its engine in this process."""
     if settings.engine == "synthetic":
         return SyntheticService(settings)
     if settings.engine == "trtllm":
@@ -138,6 +125,6 @@ def front_door(
         runner,
         vocab_size=vocab_size,
         max_model_len=max_model_len,
-        pump=response_pump(settings),
+        pump=pump_for(settings),
         max_admitting=settings.max_queue_size,
     )

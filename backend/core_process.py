@@ -33,10 +33,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from backend.contract import ResponseSink, Service
 from backend.errors import BackendError, InvalidRequest, Unavailable, Unsupported
-from backend.requests import ResponseSink
 from backend.response_pump import ResponsePump
-from backend.service import Service
 from backend.telemetry import StepCounters, StepTotals
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import ErrorKind, GenerationOutput, GenerationRequest
@@ -178,7 +177,7 @@ class _CoreSink:
 
 def run_core(settings: EngineSettings, connection: Connection) -> None:
     """The core's main: start the engine, serve the stub's messages until it stops or goes away."""
-    from backend.assembly import start_service  # the child imports the engine, not the stub
+    from backend.assembly import start_in_process  # the child imports the engine, not the stub
     from llgtriton.logs import configure_logging
 
     configure_logging(os.environ.get("LLGTRITON_LOG_LEVEL", "info"))
@@ -189,7 +188,7 @@ def run_core(settings: EngineSettings, connection: Connection) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         # Responses cost nothing here (a list append); the stub's own pump merges them.
-        service = start_service(settings.model_copy(update={"coalesce_responses": False, "core_process": "off"}))
+        service = start_in_process(settings.model_copy(update={"coalesce_responses": False}))
     except Exception as exc:
         logger.exception("the engine could not start")
         connection.send(Failed(f"{type(exc).__name__}: {exc}"))
@@ -241,7 +240,7 @@ def core_python() -> str:
 
 
 class CoreProcess:
-    """A :class:`~backend.service.Service` whose engine runs in a child process."""
+    """A :class:`~backend.contract.Service` whose engine runs in a child process."""
 
     def __init__(
         self,

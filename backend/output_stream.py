@@ -11,38 +11,15 @@ import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from backend.contract import ResponseSink, deliver
 from backend.detokenizer import Decoder, IncrementalDetokenizer
 from backend.output_grammar import OutputGrammar
-from backend.requests import EngineRequest, ResponseSink
+from backend.requests import EngineRequest
 from backend.stop_strings import StopStringFilter
 from llgtriton.reasoning import ReasoningSplitter
 from llgtriton.wire import FinishReason, GenerationOutput, PromptLogprobs, TokenLogprob
 
 logger = logging.getLogger(__name__)
-
-
-def deliver(sink: ResponseSink, output: GenerationOutput, *, final: bool) -> None:
-    """Send a response; a client that is gone does not stop the engine."""
-    try:
-        sink.send(output, final=final)
-    except Exception:
-        logger.warning("could not deliver a response", exc_info=True)
-
-
-def deliver_failure(sink: ResponseSink, error: Exception) -> None:
-    try:
-        sink.fail(error)
-    except Exception:
-        logger.exception("could not report an error")
-
-
-def is_cancelled(sink: ResponseSink, request_id: str) -> bool:
-    """Whether the client gave up; a sink that cannot tell counts as cancelled."""
-    try:
-        return sink.is_cancelled()
-    except Exception:
-        logger.exception("cancellation check failed for request %s", request_id)
-        return True
 
 
 @dataclass(eq=False)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from llgtriton.reasoning import ReasoningFormat
-from llgtriton.wire import GenerationOutput
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,3 @@ class EngineRequest:
     kept_tokens: frozenset[int] = frozenset()  # special tokens written into the text (tool-call tags)
     reasoning: ReasoningFormat | None = None  # how the output marks its thinking, when it thinks
     ignore_eos: bool = False  # end tokens do not end the output; max_tokens (or the context) does
-
-
-class ResponseSink(Protocol):
-    """Where one request's responses go (a Triton response sender in production)."""
-
-    def send(self, output: GenerationOutput, *, final: bool) -> None: ...
-
-    def fail(self, error: Exception) -> None: ...
-
-    def is_cancelled(self) -> bool: ...

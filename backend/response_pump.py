@@ -29,8 +29,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from backend.output_stream import deliver, deliver_failure, is_cancelled
-from backend.requests import ResponseSink
+from backend.contract import ResponseSink, deliver, deliver_failure, is_cancelled
+from llgtriton.settings import EngineSettings
 from llgtriton.wire import GenerationOutput
 
 logger = logging.getLogger(__name__)
@@ -180,3 +180,8 @@ class ResponsePump:
         for outbox in due:
             outbox.cancelled = outbox.cancelled or is_cancelled(outbox.sink, outbox.request_id)
             outbox.checked = time.monotonic()
+
+
+def pump_for(settings: EngineSettings) -> ResponsePump | None:
+    """A pump where ``--engine-coalesce-responses`` asks for one; None: each response is sent as it comes."""
+    return ResponsePump() if settings.coalesce_responses else None

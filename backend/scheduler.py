@@ -33,12 +33,13 @@ import torch
 from llguidance import LLMatcher
 
 from backend.constraints import Guidance
+from backend.contract import ResponseSink, deliver, deliver_failure, is_cancelled
 from backend.detokenizer import Decoder, fast_decoder
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
 from backend.output_grammar import IncompleteOutput, OutputGrammar
-from backend.output_stream import OutputStream, deliver, deliver_failure, is_cancelled
-from backend.requests import EngineRequest, ResponseSink
+from backend.output_stream import OutputStream
+from backend.requests import EngineRequest
 from backend.sampling import (
     apply_logit_bias,
     apply_penalties,

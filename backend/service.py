@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from backend.chat_template import ChatTemplate
+from backend.contract import ResponseSink, deliver_failure
 from backend.errors import BackendError, InvalidRequest, Unavailable
-from backend.output_stream import deliver_failure
-from backend.requests import EngineRequest, ResponseSink, SamplingParams
+from backend.requests import EngineRequest, SamplingParams
 from backend.response_pump import ResponsePump
 from backend.telemetry import StepCounters
 from llgtriton.guides import ANY_JSON_OBJECT, GuideError, grammar_for
@@ -130,26 +130,6 @@ class Runner(Protocol):
         ...
 
     def submit(self, request: EngineRequest, sink: ResponseSink) -> None: ...
-
-    def shutdown(self) -> None: ...
-
-
-class Service(Protocol):
-    """What Triton's model (``model.py``) serves requests through: :class:`GenerationService` or the
-    synthetic engine's service."""
-
-    @property
-    def step_counters(self) -> StepCounters: ...
-
-    def load(self) -> tuple[int, int]:
-        """(running, waiting) request counts."""
-        ...
-
-    def submit(self, request: GenerationRequest, request_id: str, sink: ResponseSink) -> None: ...
-
-    def health(self) -> None:
-        """Raise :class:`Unavailable` when the engine cannot take requests now (restarting, stuck)."""
-        ...
 
     def shutdown(self) -> None: ...
 

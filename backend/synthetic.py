@@ -13,8 +13,8 @@ import queue
 import threading
 from dataclasses import dataclass
 
+from backend.contract import ResponseSink
 from backend.errors import InvalidRequest, Unavailable
-from backend.requests import ResponseSink
 from backend.telemetry import StepCounters
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import FinishReason, GenerationOutput, GenerationRequest

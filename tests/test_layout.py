@@ -4,11 +4,15 @@
 - ``proxy/`` never imports ``backend/``, the launcher or torch.
 - ``backend/`` never imports the proxy, the launcher or Starlette.
 - Only ``model_repository/llm/1/model.py`` imports ``triton_python_backend_utils``.
+- A stub whose engine runs in a process of its own loads neither torch nor a tokenizer.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,6 +57,31 @@ def test_only_the_adapter_imports_tritons_python_backend_utils() -> None:
     everything = python_files("llgtriton", "proxy", "backend", "launcher", "model_repository", "bench")
     importers = [path for path in everything if "triton_python_backend_utils" in imported_modules(path)]
     assert importers == [ADAPTER]
+
+
+def test_a_stub_whose_engine_runs_apart_loads_neither_torch_nor_a_tokenizer() -> None:
+    """What model.py imports, and a service started with the engine in a core process of its own."""
+    stub_modules = sorted(
+        module
+        for module in imported_modules(ADAPTER)
+        if module.split(".")[0] in {"backend", "llgtriton"} and module.count(".") == 1
+    )
+    code = "\n".join(
+        [
+            "import json, sys",
+            *(f"import {module}" for module in stub_modules),
+            "from backend.entry import start_service",
+            "from llgtriton.settings import EngineSettings",
+            "service = start_service(EngineSettings(engine='synthetic', core_process='on'))",
+            "service.health()",
+            "service.shutdown()",
+            "heavy = ('torch', 'transformers', 'tokenizers', 'llguidance', 'jinja2')",
+            "print(json.dumps(sorted(name for name in heavy if name in sys.modules)))",
+        ]
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == []
 
 
 def test_no_module_imports_anothers_private_names() -> None:

@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from backend.constraints import GuidanceLogitsProcessor
+from backend.contract import ResponseSink
 from backend.errors import BackendError, Unavailable
 from backend.masking import bitmask_applier
-from backend.requests import EngineRequest, ResponseSink
+from backend.requests import EngineRequest
 from backend.telemetry import StepCounters
 from backend.trtllm.hooks import BatchedHook
 from backend.trtllm.llm_api import CANCEL_POLL_S, check_supported

@@ -14,8 +14,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from backend.contract import ResponseSink
 from backend.errors import BackendError, Unavailable, Unsupported
-from backend.requests import EngineRequest, ResponseSink
+from backend.requests import EngineRequest
 from backend.telemetry import StepCounters
 from backend.trtllm.hooks import RequestLogitsProcessor
 from backend.trtllm.model_files import TrtllmModel

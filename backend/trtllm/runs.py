@@ -19,11 +19,12 @@ from typing import Any, Literal
 
 from llguidance import LLMatcher, LLTokenizer
 
+from backend.contract import ResponseSink, deliver, deliver_failure, is_cancelled
 from backend.detokenizer import Decoder, fast_decoder
 from backend.errors import BackendError, Unavailable
 from backend.output_grammar import IncompleteOutput, OutputGrammar
-from backend.output_stream import OutputStream, deliver, deliver_failure, is_cancelled
-from backend.requests import EngineRequest, ResponseSink
+from backend.output_stream import OutputStream
+from backend.requests import EngineRequest
 from llgtriton.wire import FinishReason, GenerationOutput
 
 logger = logging.getLogger(__name__)

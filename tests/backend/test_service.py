@@ -8,8 +8,9 @@ from typing import cast
 import pytest
 
 from backend.chat_template import ChatTemplate
+from backend.contract import ResponseSink
 from backend.errors import InvalidRequest, Unavailable
-from backend.requests import EngineRequest, ResponseSink
+from backend.requests import EngineRequest
 from backend.service import GenerationService
 from backend.telemetry import StepCounters
 from bench.harness import RecordingSink

@@ -19,8 +19,8 @@ import jsonschema
 import pytest
 import torch
 
-from backend.assembly import start_service
 from backend.constraints import GuidanceLogitsProcessor
+from backend.entry import start_service
 from backend.errors import BackendError, Unsupported
 from backend.model_loader import checkpoint_path
 from backend.service import GenerationService

@@ -15,7 +15,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from backend.assembly import start_service
+from backend.entry import start_service
 from backend.errors import BackendError
 from backend.telemetry import MetricsPublisher
 from llgtriton import wire
