@@ -40,6 +40,8 @@ COMPOSE = ROOT / "docker-compose.yml"
 KUBERNETES = ROOT / "deploy" / "kubernetes" / "llgtriton.yaml"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 README = ROOT / "README.md"
+CONFIGURATION_DOC = ROOT / "docs" / "configuration.md"
+API_DOC = ROOT / "docs" / "api.md"
 
 # Interpolation variables of docker-compose.yml: Compose reads them, llgtriton never does.
 COMPOSE_ONLY_VARIABLES = frozenset({"LLGTRITON_MODEL_DIR", "LLGTRITON_TP"})
@@ -362,7 +364,9 @@ def test_kubernetes_probes(workload: str, probe: str, port: int, path: str) -> N
 # Environment variables -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [COMPOSE, DOCKERFILE, KUBERNETES, DEPLOY_DOC, README], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [COMPOSE, DOCKERFILE, KUBERNETES, DEPLOY_DOC, README, CONFIGURATION_DOC, API_DOC], ids=lambda p: p.name
+)
 def test_every_llgtriton_variable_is_a_setting(path: Path) -> None:
     assert unknown_env_names(path.read_text()) == set()
 
