@@ -79,7 +79,9 @@ def test_a_stub_whose_engine_runs_apart_loads_neither_torch_nor_a_tokenizer() ->
             "print(json.dumps(sorted(name for name in heavy if name in sys.modules)))",
         ]
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == []
 

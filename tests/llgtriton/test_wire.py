@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -372,3 +373,10 @@ def test_a_logit_bias_key_of_non_ascii_digits_is_refused() -> None:
     tensors = {wire.TEXT_INPUT: _bytes(b"hi"), wire.LOGIT_BIAS: _bytes('{"²": 1}'.encode())}
     with pytest.raises(wire.WireError, match="logit_bias"):
         wire.decode_request(_getter(tensors))
+
+
+def test_every_input_tensor_is_documented_with_its_type() -> None:
+    """docs/api.md lists Triton's inputs for clients that skip the proxy; a new field appears there too."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    undocumented = [name for name in wire.INPUT_TYPES if f"`{name}`" not in text]
+    assert not undocumented
