@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.contract import ResponseSink, Service
-from backend.errors import BackendError, InvalidRequest, Unavailable, Unsupported
+from backend.errors import Unavailable, error_kind, error_of_kind
 from backend.response_pump import ResponsePump
 from backend.telemetry import StepCounters, StepTotals
 from llgtriton.settings import EngineSettings
@@ -53,13 +53,6 @@ CANCEL_POLL_S = 0.005  # how often the stub looks for cancelled requests to tell
 UNPUMPED_CANCEL_POLL_S = 0.02
 START_TIMEOUT_S = 1800.0  # loading a model (and capturing its CUDA graphs) may take long
 STOP_TIMEOUT_S = 30.0
-
-_ERRORS: dict[ErrorKind, type[BackendError]] = {
-    ErrorKind.INVALID_ARGUMENT: InvalidRequest,
-    ErrorKind.UNSUPPORTED: Unsupported,
-    ErrorKind.UNAVAILABLE: Unavailable,
-}
-
 
 # Messages -----------------------------------------------------------------------------------
 
@@ -103,14 +96,6 @@ class Failed:
     """The core could not start."""
 
     message: str
-
-
-def _error_of(kind: ErrorKind, message: str) -> BackendError:
-    return _ERRORS.get(kind, BackendError)(message)
-
-
-def _kind_of(error: Exception) -> ErrorKind:
-    return error.code if isinstance(error, BackendError) else ErrorKind.INTERNAL
 
 
 # The core (child process) -------------------------------------------------------------------
@@ -168,7 +153,7 @@ class _CoreSink:
             self._cancelled.discard(self._key)
 
     def fail(self, error: Exception) -> None:
-        self._outgoing.put(Reply(self._key, final=True, error=(_kind_of(error), str(error))))
+        self._outgoing.put(Reply(self._key, final=True, error=(error_kind(error), str(error))))
         self._cancelled.discard(self._key)
 
     def is_cancelled(self) -> bool:
@@ -358,7 +343,7 @@ class CoreProcess:
         if sink is None:
             return
         if reply.error is not None:
-            sink.fail(_error_of(*reply.error))
+            sink.fail(error_of_kind(*reply.error))
         elif reply.output is not None:
             sink.send(reply.output, final=reply.final)
 

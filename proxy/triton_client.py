@@ -64,16 +64,15 @@ _KIND_ERRORS: dict[wire.ErrorKind, Callable[[str], ProxyError]] = {
 
 
 def _stream_error(error: InferenceServerException) -> ProxyError:
-    """An error response in the stream: our backend's carries its kind (see wire.ErrorKind), Triton's do not."""
+    """An error response in the stream. Our backend's carries its kind (see wire.ErrorKind); one
+    without a kind comes from tritonserver itself (the model loading, its stub dead and being
+    restarted, the model unknown), which the proxy's well-formed requests meet only while the
+    server cannot serve them: unavailable, worth a retry here or on another replica."""
     message = error.message() if isinstance(error, InferenceServerException) else str(error)
     kind, text = wire.parse_error_message(message or "")
     if kind is not None:
         return _KIND_ERRORS[kind](text)
-    if "is not healthy" in message:  # the model's stub died: the server restarts it (llgtriton serve)
-        return ServiceUnavailableError(f"Triton: the model is restarting, retry later ({message})")
-    if "unknown model" in message or "is not ready" in message:  # loading, or another model repository
-        return ServiceUnavailableError(f"Triton: {message}")
-    return InternalError(f"Triton: {message}")
+    return ServiceUnavailableError(f"Triton: {message}; retry later")
 
 
 _INT32 = struct.Struct("<i")

@@ -82,7 +82,7 @@ def test_a_finished_call_is_read_to_its_end_and_not_cancelled(monkeypatch: pytes
 
 
 def test_an_error_response_does_not_cancel_the_call_triton_ended(monkeypatch: pytest.MonkeyPatch) -> None:
-    stream = FakeStream([(None, InferenceServerException("boom"))])
+    stream = FakeStream([(None, InferenceServerException(wire.error_message(wire.ErrorKind.INTERNAL, "boom")))])
     with pytest.raises(InternalError, match="boom"):
         asyncio.run(_collect(stream, monkeypatch))
     assert not stream.cancelled
@@ -151,12 +151,12 @@ def test_a_response_read_from_the_raw_message_equals_the_numpy_decoding(
         (wire.error_message(wire.ErrorKind.UNSUPPORTED, "no logprobs"), InvalidRequestError, "no logprobs"),
         (wire.error_message(wire.ErrorKind.UNAVAILABLE, "queue full"), ServiceUnavailableError, "queue full"),
         (wire.error_message(wire.ErrorKind.INTERNAL, "boom"), InternalError, "boom"),
-        ("[not_a_kind] boom", InternalError, "[not_a_kind] boom"),
+        ("[not_a_kind] boom", ServiceUnavailableError, "Triton: [not_a_kind] boom; retry later"),
         ("Request for unknown model: 'llm' is not found", ServiceUnavailableError, "unknown model"),
         (
             "Failed to process the request(s) for model 'llm', message: Stub process 'llm_0_0' is not healthy.",
             ServiceUnavailableError,
-            "restarting",
+            "retry later",
         ),
     ],
 )

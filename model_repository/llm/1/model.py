@@ -16,7 +16,7 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 
 from backend.entry import start_service
-from backend.errors import BackendError
+from backend.errors import BackendError, error_kind
 from backend.telemetry import MetricsPublisher
 from llgtriton import wire
 from llgtriton.logs import configure_logging
@@ -25,20 +25,12 @@ from llgtriton.settings import engine_settings_from, env_name
 logger = logging.getLogger("llgtriton.model")
 
 
-def _error_kind(error: Exception) -> wire.ErrorKind:
-    if isinstance(error, wire.WireError):
-        return wire.ErrorKind.INVALID_ARGUMENT
-    if isinstance(error, BackendError):
-        return error.code
-    return wire.ErrorKind.INTERNAL
-
-
 def _triton_error(error: Exception) -> Any:
     """The error response's TritonError: its kind at the start of the message, and as Triton's code.
 
     (pb_utils.TritonError exists only once the stub runs.)
     """
-    kind = _error_kind(error)
+    kind = error_kind(error)
     codes = pb_utils.TritonError
     by_kind = {
         wire.ErrorKind.INVALID_ARGUMENT: codes.INVALID_ARG,
