@@ -25,9 +25,9 @@ from transformers import AutoTokenizer
 from backend.detokenizer import Decoder, fast_decoder
 from backend.output_stream import OutputStream
 from backend.requests import EngineRequest, SamplingParams
-from bench.harness import RecordingSink
 from bench.llama_model import END_OF_TEXT, tokenizer_folder
 from bench.reports import host_cpu, write_report
+from tests.support.harness import RecordingSink
 
 logger = logging.getLogger("bench.delivery_cost")
 ANSWER = '{"name": "Ada Lovelace", "age": 36, "city": "London", "notes": "wrote the first program — für die Engine ✓"}'

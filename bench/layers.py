@@ -51,7 +51,6 @@ from backend.model_loader import checkpoint_path
 from backend.service import GenerationService
 from bench import process_cpu
 from bench.aiperf_layer import AiperfRun, hub_cache_tokenizer, prompts_file, run_aiperf
-from bench.harness import RecordingSink, RunningServer, start_server, stop_server
 from bench.jsonschemabench import SCHEMA
 from bench.perf_analyzer_layer import perf_analyzer_data, run_perf_analyzer
 from bench.reports import write_report
@@ -61,6 +60,7 @@ from llgtriton import wire
 from llgtriton.messages import ChatMessage
 from llgtriton.settings import EngineSettings
 from proxy.triton_client import TritonGenerationClient
+from tests.support.harness import RecordingSink, RunningServer, start_server, stop_server
 
 logger = logging.getLogger("bench.layers")
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,13 +28,13 @@ from typing import Any
 
 import httpx
 
-from bench.harness import ROOT, free_port, spawn, stop_process, wait_until_ready
 from bench.layers import quiet_logging
 from bench.raw_http import RawSsePool
 from bench.reports import write_report
 from llgtriton import wire
 from llgtriton.settings import ProxySettings
 from proxy.triton_client import TritonGenerationClient
+from tests.support.harness import ROOT, free_port, spawn, stop_process, wait_until_ready
 
 logger = logging.getLogger("bench.proxy_first_chunk")
 MODEL = "synthetic"

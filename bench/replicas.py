@@ -44,10 +44,10 @@ from typing import Any
 import jsonschema
 import openai
 
-from bench.harness import ROOT, free_port, spawn, stop_process, wait_until_ready
 from bench.jsonschemabench import SCHEMA
 from bench.layers import PROMPTS, engine_flags, engine_settings, quiet_logging, served_model
 from launcher.triton_server import live_children
+from tests.support.harness import ROOT, free_port, spawn, stop_process, wait_until_ready
 
 logger = logging.getLogger("bench.replicas")
 SUCCESS_COUNTER = re.compile(r'^nv_inference_request_success\{model="llm",version="1"\} (\S+)$', re.MULTILINE)

@@ -40,13 +40,13 @@ from backend.constraints import GrammarCache, Guidance, GuidanceLogitsProcessor
 from backend.masking import bitmask_applier
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
-from bench.harness import RecordingSink
 from bench.jsonschemabench import DEFAULT_DATA, SCHEMA, load_schemas
 from bench.reports import write_report
 from bench.tbt_overhead import SHAPES, PhaseTimer, random_model, stats_ms, token_gaps
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
 from llgtriton.messages import ChatMessage
 from llgtriton.settings import EngineSettings
+from tests.support.harness import RecordingSink
 
 logger = logging.getLogger("bench.step_breakdown")
 KINDS = ("free", "shared", "own")

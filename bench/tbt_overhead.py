@@ -36,12 +36,12 @@ from backend.masking import bitmask_applier
 from backend.model_loader import load_model
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
-from bench.harness import RecordingSink
 from bench.jsonschemabench import DEFAULT_DATA, load_schemas
 from bench.reports import write_report
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
 from llgtriton.messages import ChatMessage
 from llgtriton.settings import EngineSettings
+from tests.support.harness import RecordingSink
 
 logger = logging.getLogger("bench.tbt_overhead")
 

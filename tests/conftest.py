@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from bench.harness import RunningServer, start_server, stop_server
 from llgtriton.settings import EngineSettings
+from tests.support.harness import RunningServer, start_server, stop_server
 
 # The client suite runs in its own venv, from tests/e2e/test_clients.py: not collected here.
 collect_ignore = ["clients"]

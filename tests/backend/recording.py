@@ -1,4 +1,4 @@
-"""Helpers of the backend's tests: running requests to the end (the recording sink is ``bench.harness``'s),
+"""Helpers of the backend's tests: running requests to the end (the recording sink is ``tests.support.harness``'s),
 and the model's own greedy continuation to compare with."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 
 from backend.requests import EngineRequest
 from backend.scheduler import Scheduler
-from bench.harness import RecordingSink
+from tests.support.harness import RecordingSink
 
 
 def run(scheduler: Scheduler, *requests: EngineRequest) -> list[RecordingSink]:

@@ -20,11 +20,11 @@ from backend.errors import InvalidRequest, Unavailable
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
-from bench.harness import RecordingSink
 from llgtriton.guides import grammar_for
 from llgtriton.messages import ChatMessage
 from llgtriton.wire import FinishReason, GuideType
 from tests.backend.recording import run as generate
+from tests.support.harness import RecordingSink
 
 GREEDY = SamplingParams(temperature=0.0)
 PERSON = {

@@ -15,9 +15,9 @@ import pytest
 from backend.core_process import CoreProcess, run_core
 from backend.errors import InvalidRequest, Unavailable
 from backend.response_pump import ResponsePump
-from bench.harness import RecordingSink
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import FinishReason, GenerationRequest
+from tests.support.harness import RecordingSink
 
 SYNTHETIC = EngineSettings(engine="synthetic", core_process="on")
 ENDLESS = GenerationRequest(prompt="a b", max_tokens=10**8, stream=True)

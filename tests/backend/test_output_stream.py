@@ -8,9 +8,9 @@ import pytest
 
 from backend.output_stream import OutputStream
 from backend.requests import EngineRequest, SamplingParams
-from bench.harness import RecordingSink
 from llgtriton.reasoning import REASONING_FORMATS
 from llgtriton.wire import FinishReason, GenerationOutput
+from tests.support.harness import RecordingSink
 
 
 def generate(tokenizer: Any, text: str, reasoning: str | None, max_tokens: int = 100) -> tuple[GenerationOutput, int]:

@@ -15,9 +15,9 @@ from backend.requests import EngineRequest, LogitsPostProcessor, SamplingParams
 from backend.scheduler import Scheduler
 from backend.slot_engine import SlotEngine
 from backend.torch_engine import TorchEngine
-from bench.harness import RecordingSink
 from llgtriton.wire import FinishReason, GenerationOutput
 from tests.backend.recording import run
+from tests.support.harness import RecordingSink
 
 GREEDY = SamplingParams(temperature=0.0)
 

@@ -13,10 +13,10 @@ from backend.errors import InvalidRequest, Unavailable
 from backend.requests import EngineRequest
 from backend.service import GenerationService
 from backend.telemetry import StepCounters
-from bench.harness import RecordingSink
 from llgtriton.messages import ChatMessage
 from llgtriton.tools import Function, ToolMode, ToolRequest
 from llgtriton.wire import GenerationRequest
+from tests.support.harness import RecordingSink
 
 
 class GatedTokenizer:

@@ -6,9 +6,9 @@ import pytest
 
 from backend.errors import InvalidRequest
 from backend.synthetic import WORD, SyntheticService
-from bench.harness import RecordingSink
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import FinishReason, GenerationRequest
+from tests.support.harness import RecordingSink
 
 
 @pytest.fixture

@@ -26,11 +26,11 @@ from backend.model_loader import checkpoint_path
 from backend.service import GenerationService
 from backend.trtllm import hooks
 from backend.trtllm.model_files import ModelFilesError
-from bench.harness import ROOT, RecordingSink
 from launcher.cli import main as cli_main
 from llgtriton.messages import ChatMessage
 from llgtriton.settings import EngineSettings
 from llgtriton.wire import FinishReason, GenerationRequest, GuideType
+from tests.support.harness import ROOT, RecordingSink
 
 FAKES = ROOT / "tests" / "fakes"
 SCHEMA = {

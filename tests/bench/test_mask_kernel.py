@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from backend.kernels.launch_policy import LaunchPlan, PolicySettings
-from bench.harness import ROOT
 from bench.mask_kernel import (
     MASK_KINDS,
     DeviceEvent,
@@ -21,6 +20,7 @@ from bench.mask_kernel import (
     parse_variant,
 )
 from bench.plot_mask_kernel import KINDS, markdown
+from tests.support.harness import ROOT
 
 
 def h100_report() -> dict[str, Any]:

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from bench.harness import ROOT
 from bench.layers import SHIPPED_DATA, layer_requests
 from bench.perf_analyzer_layer import perf_analyzer_data, perf_analyzer_figures
 from llgtriton import wire
+from tests.support.harness import ROOT
 
 SHIPPED = ROOT / "bench" / "perf_analyzer"
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from bench.harness import ROOT, RunningServer, start_server, stop_server
+from tests.support.harness import ROOT, RunningServer, start_server, stop_server
 
 HERMES_TEMPLATE = ROOT / "tests" / "fixtures" / "chat_templates" / "hermes.jinja"
 

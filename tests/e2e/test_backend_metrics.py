@@ -10,7 +10,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness import RunningServer
+from tests.support.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

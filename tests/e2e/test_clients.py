@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 from backend.model_loader import checkpoint_path
-from bench.harness import ROOT, RunningServer
 from llgtriton.settings import EngineSettings
+from tests.support.harness import ROOT, RunningServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.clients]
 CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"

@@ -23,8 +23,8 @@ import httpx
 import openai
 import pytest
 
-from bench.harness import RunningServer, start_process, start_server, stop_server, triton_ports_argv
 from launcher.triton_server import STUB_NAME, live_children
+from tests.support.harness import RunningServer, start_process, start_server, stop_server, triton_ports_argv
 
 pytestmark = pytest.mark.e2e
 

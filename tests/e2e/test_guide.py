@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.harness import RunningServer
+from tests.support.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

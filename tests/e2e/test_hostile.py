@@ -12,7 +12,6 @@ import json
 import httpx
 import pytest
 
-from bench.harness import RunningServer
 from bench.hostile import (
     MODEL,
     NORMAL,
@@ -24,6 +23,7 @@ from bench.hostile import (
     proxy_attack,
     triton_attack,
 )
+from tests.support.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from bench.harness import free_port, start_process, stop_process, triton_ports_argv
 from launcher.triton_server import STUB_NAME, live_children
 from llgtriton import wire
 from proxy.triton_client import TritonGenerationClient
+from tests.support.harness import free_port, start_process, stop_process, triton_ports_argv
 
 pytestmark = pytest.mark.e2e
 

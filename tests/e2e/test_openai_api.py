@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from bench.harness import RunningServer
+from tests.support.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

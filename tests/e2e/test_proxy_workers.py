@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness import RunningServer, start_server, stop_process, stop_server
 from launcher.triton_server import live_children
+from tests.support.harness import RunningServer, start_server, stop_process, stop_server
 
 pytestmark = pytest.mark.e2e
 

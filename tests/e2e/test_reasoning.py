@@ -15,7 +15,7 @@ from typing import Any
 import openai
 import pytest
 
-from bench.harness import ROOT, RunningServer, start_server, stop_server
+from tests.support.harness import ROOT, RunningServer, start_server, stop_server
 
 pytestmark = pytest.mark.e2e
 

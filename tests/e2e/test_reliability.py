@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.abandon import ABANDONED, abandon_requests
-from bench.harness import RunningServer
+from tests.support.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from bench.harness import free_port, start_process, stop_process, triton_ports_argv
 from launcher.triton_server import live_children
+from tests.support.harness import free_port, start_process, stop_process, triton_ports_argv
 
 pytestmark = pytest.mark.e2e
 

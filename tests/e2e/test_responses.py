@@ -12,7 +12,7 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from bench.harness import RunningServer
+from tests.support.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from bench.harness import start_server, stop_process, stop_server
+from tests.support.harness import start_server, stop_process, stop_server
 
 pytestmark = pytest.mark.e2e
 

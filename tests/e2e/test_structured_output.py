@@ -10,8 +10,8 @@ import jsonschema
 import openai
 import pytest
 
-from bench.harness import RunningServer
 from tests.e2e.test_triton_grpc import run_stream, tensor, text_of
+from tests.support.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

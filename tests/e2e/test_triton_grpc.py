@@ -11,7 +11,7 @@ import openai
 import pytest
 import tritonclient.grpc as grpcclient
 
-from bench.harness import RunningServer
+from tests.support.harness import RunningServer
 
 pytestmark = pytest.mark.e2e
 

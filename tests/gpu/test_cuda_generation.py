@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import torch
 
-from bench.harness import RecordingSink
 from llgtriton.wire import FinishReason
+from tests.support.harness import RecordingSink
 
 pytestmark = [
     pytest.mark.gpu,

@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from bench.harness import ROOT
 from launcher import cli
 from launcher.triton_server import TritonLaunchError, with_instances
 from llgtriton.settings import (
@@ -31,6 +30,7 @@ from llgtriton.settings import (
     served_model_name_for,
     to_toml,
 )
+from tests.support.harness import ROOT
 
 CONFIG_PBTXT = ROOT / "model_repository" / "llm" / "config.pbtxt"
 

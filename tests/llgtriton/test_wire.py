@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.harness import ROOT
 from llgtriton import wire
 from llgtriton.messages import ChatMessage
+from tests.support.harness import ROOT
 
 CONFIG_PBTXT = ROOT / "model_repository" / "llm" / "config.pbtxt"
 

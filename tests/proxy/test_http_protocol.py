@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bench.harness import free_port, start_process, stop_process
+from tests.support.harness import free_port, start_process, stop_process
 
 HEADER_TIMEOUT_S = 1.0
 BODY_TIMEOUT_S = 1.0

@@ -12,10 +12,10 @@ import multiprocessing
 import socket
 import time
 
-from bench.harness import free_port
 from llgtriton.settings import ProxySettings, Settings
 from proxy.guards import SharedInFlight
 from proxy.workers import ProxyWorkers, listen
+from tests.support.harness import free_port
 
 
 async def test_connections_accepted_on_the_shared_socket_send_small_writes_at_once() -> None:

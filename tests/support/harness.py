@@ -22,7 +22,7 @@ from pathlib import Path
 
 from llgtriton.wire import GenerationOutput
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SERVER_START_TIMEOUT_S = 600.0
 STORE_FLAG = "--proxy-responses-store={0.parent}/responses.sqlite3"
 
