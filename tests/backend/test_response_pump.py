@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.response_pump import ResponsePump, merged
-from llgtriton.wire import FinishReason, GenerationOutput, TokenLogprob
+from llgtriton.wire import FinishReason, GenerationOutput, PromptLogprobs, TokenLogprob
 
 WAIT_S = 10.0
 
@@ -113,6 +114,29 @@ def test_joined_responses_carry_every_token_logprob() -> None:
     )
     assert joined == GenerationOutput("ab", FinishReason.LENGTH, 3, 3, (first, second))
     assert merged([token("a", 1), token("b", 2)]).logprobs is None
+
+
+def test_a_first_response_joined_with_the_next_still_names_its_formats_and_prompt_logprobs(
+    pump: ResponsePump,
+) -> None:
+    """What only a request's first response carries (the formats the proxy reads its calls and its
+    thinking by, the prompt's logprobs) survives being joined while the pump is busy elsewhere."""
+    busy, joined = GatedSink(open_gate=False), GatedSink()
+    pump.wrap(busy, "busy").send(token("x", 1), final=False)
+    assert busy.sending.wait(WAIT_S)  # the pump is stuck sending another request's response
+    prompt = PromptLogprobs(b"Hi", (TokenLogprob(b"!", -0.25),))
+    first = GenerationOutput(
+        "<tool_call>", prompt_tokens=2, completion_tokens=1, prompt_logprobs=prompt, tool_call_format="hermes"
+    )
+    pumped = pump.wrap(joined, "joined")
+    pumped.send(dataclasses.replace(first, reasoning_format="qwen3"), final=False)
+    pumped.send(GenerationOutput('{"name"', prompt_tokens=2, completion_tokens=2), final=False)
+    busy.gate.set()
+    joined.wait_for(responses=1)
+    (response, final), *_ = joined.responses
+    assert response.text == '<tool_call>{"name"' and response.completion_tokens == 2 and not final
+    assert (response.tool_call_format, response.reasoning_format) == ("hermes", "qwen3")
+    assert response.prompt_logprobs == prompt
 
 
 def test_a_failure_follows_the_outputs_queued_before_it(pump: ResponsePump) -> None:
