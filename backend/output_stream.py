@@ -1,4 +1,5 @@
-"""One request's tokens turned into responses: detokenized, stop strings cut, ended by EOS or length.
+"""One request's tokens turned into responses: detokenized, stop strings cut, ended by EOS or length,
+and a reasoning model's thinking sent apart from its answer.
 
 Shared by every engine: the torch step loop and the TensorRT-LLM adapter push sampled tokens
 one at a time and get the final response back when the request is over, to send once they have
@@ -16,7 +17,7 @@ from backend.detokenizer import Decoder, IncrementalDetokenizer
 from backend.output_grammar import OutputGrammar
 from backend.requests import EngineRequest
 from backend.stop_strings import StopStringFilter
-from llgtriton.reasoning import ReasoningSplitter
+from llgtriton.reasoning import ReasoningSplitter, Split
 from llgtriton.wire import FinishReason, GenerationOutput, PromptLogprobs, TokenLogprob
 
 logger = logging.getLogger(__name__)
@@ -29,11 +30,14 @@ class OutputStream:
     detokenizer: IncrementalDetokenizer
     stop_filter: StopStringFilter
     generated: list[int] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)  # emitted text, kept for non-streaming responses
+    text: list[str] = field(default_factory=list)  # emitted text, thinking and all: what the grammar reads
+    answer: list[str] = field(default_factory=list)  # the answer's emitted text, for non-streaming responses
+    thought: list[str] = field(default_factory=list)  # the thinking's emitted text, likewise
     logprobs: list[TokenLogprob] = field(default_factory=list)  # of tokens not sent yet
     prompt_logprobs: PromptLogprobs | None = None  # not sent yet: they go with the first response
     reasoning_tokens: int = 0  # of the generated tokens, those of the thinking
-    thinking: ReasoningSplitter | None = None  # follows the thinking, for a request whose output thinks
+    thinking: ReasoningSplitter | None = None  # follows the thinking token by token, to count its tokens
+    splitter: ReasoningSplitter | None = None  # splits the emitted text into thinking and answer
     grammar: OutputGrammar | None = None  # where a constrained output may end
 
     def __post_init__(self) -> None:
@@ -47,7 +51,7 @@ class OutputStream:
         detokenizer = IncrementalDetokenizer(decoder, request.prompt_ids, request.kept_tokens)
         return detokenizer, StopStringFilter(request.stop)
 
-    def output(self, text: str, finish_reason: FinishReason | None = None) -> GenerationOutput:
+    def output(self, text: str, finish_reason: FinishReason | None = None, reasoning: str = "") -> GenerationOutput:
         """The next response; it carries the logprobs of every token since the last one."""
         logprobs = None
         if self.request.logprobs is not None:
@@ -61,6 +65,7 @@ class OutputStream:
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
             reasoning_tokens=self.reasoning_tokens,
+            reasoning=reasoning,
         )
 
     def push(self, token: int, eos: Collection[int], max_model_len: int) -> GenerationOutput | None:
@@ -82,9 +87,25 @@ class OutputStream:
             return self.final(FinishReason.LENGTH, text + self.drain())
         if text:
             self.text.append(text)
-            if self.request.stream:
-                deliver(self.sink, self.output(text), final=False)
+            split = self._split(text)
+            self.answer.append(split.content)
+            self.thought.append(split.reasoning)
+            if self.request.stream and (split.content or split.reasoning):
+                deliver(self.sink, self.output(split.content, reasoning=split.reasoning), final=False)
         return None
+
+    def _split(self, text: str, *, last: bool = False) -> Split:
+        """Newly emitted ``text`` as thinking and answer (all answer for a model that does not think);
+        ``last`` also releases what the splitter held back as a possible tag."""
+        if self.request.reasoning is None:
+            return Split(content=text)
+        if self.splitter is None:
+            self.splitter = ReasoningSplitter(self.request.reasoning)
+        split = self.splitter.feed(text)
+        if not last:
+            return split
+        rest = self.splitter.finish()
+        return Split(split.reasoning + rest.reasoning, split.content + rest.content)
 
     def _count_thinking(self, text: str) -> None:
         """Every token up to the one that completes the thinking's end tag is the thinking's."""
@@ -116,5 +137,8 @@ class OutputStream:
         return text if stopped else text + self.stop_filter.flush()
 
     def final(self, reason: FinishReason, tail: str) -> GenerationOutput:
-        text = tail if self.request.stream else "".join(self.text) + tail
-        return self.output(text, reason)
+        split = self._split(tail, last=True)
+        if self.request.stream:
+            return self.output(split.content, reason, reasoning=split.reasoning)
+        answer, thought = "".join(self.answer) + split.content, "".join(self.thought) + split.reasoning
+        return self.output(answer, reason, reasoning=thought)

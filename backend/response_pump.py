@@ -42,8 +42,9 @@ _JOIN_TIMEOUT_S = 10.0
 
 def merged(outputs: Sequence[GenerationOutput]) -> GenerationOutput:
     """One response covering ``outputs``, consecutive responses of one request: the last one's finish
-    and counts, every one's text and token logprobs, and what only a request's first response
-    carries (the formats of its calls and thinking, the prompt's logprobs) from the first."""
+    and counts, every one's text (the answer's and the thinking's) and token logprobs, and what only
+    a request's first response carries (the formats of its calls and thinking, the prompt's
+    logprobs) from the first."""
     if len(outputs) == 1:
         return outputs[0]
     first = outputs[0]
@@ -53,6 +54,7 @@ def merged(outputs: Sequence[GenerationOutput]) -> GenerationOutput:
     return dataclasses.replace(
         outputs[-1],
         text="".join(output.text for output in outputs),
+        reasoning="".join(output.reasoning for output in outputs),
         logprobs=logprobs,
         prompt_logprobs=first.prompt_logprobs,
         tool_call_format=first.tool_call_format,

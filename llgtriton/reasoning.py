@@ -1,9 +1,10 @@
 """Reasoning models: the thinking before the answer, kept out of the answer and out of its constraint.
 
-Both sides share it. The backend lets the model think freely and constrains only what follows the
-thinking (:meth:`ReasoningFormat.after_thinking`), and counts the thinking's tokens; the proxy
-splits the text into ``reasoning_content`` and ``content`` (:class:`ReasoningSplitter`), by the
-format the backend names in its first response. The tags never reach either part, and the
+The backend lets the model think freely and constrains only what follows the thinking
+(:meth:`ReasoningFormat.after_thinking`), counts the thinking's tokens, and splits the text into
+the thinking and the answer (:class:`ReasoningSplitter`), which go on the wire apart
+(``reasoning_output`` and ``text_output``); the proxy sends them as ``reasoning_content`` and
+``content``. The tags never reach either part, and the
 answer's leading line breaks (the template's separation) are dropped. An output cut short while
 thinking is all reasoning: its answer is empty, never the unconstrained thinking.
 
@@ -131,15 +132,6 @@ class ReasoningSplitter:
         if self._state is _State.THINKING and not THINK_END.startswith(held):
             return Split(reasoning=held)
         return Split()
-
-
-def split_reasoning(form: ReasoningFormat | None, text: str) -> Split:
-    """A finished output's reasoning and answer (all answer without a format)."""
-    if form is None:
-        return Split(content=text)
-    splitter = ReasoningSplitter(form)
-    first, last = splitter.feed(text), splitter.finish()
-    return Split(first.reasoning + last.reasoning, first.content + last.content)
 
 
 def _grammars(grammar: str) -> dict[str, Any]:

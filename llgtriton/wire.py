@@ -105,7 +105,8 @@ INFERENCE_KEY_HEADER = "llgtriton-key"
 GRPC_KEY_PREFIX = "triton-grpc-protocol-"  # Triton's gRPC endpoint reads the key under this prefix
 
 # Outputs ------------------------------------------------------------------------------------
-TEXT_OUTPUT = "text_output"
+TEXT_OUTPUT = "text_output"  # the answer: a reasoning model's thinking, and its tags, are left out
+REASONING_OUTPUT = "reasoning_output"  # a reasoning model's thinking, without its tags (absent when none)
 FINISH_REASON = "finish_reason"
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
@@ -119,6 +120,7 @@ REASONING_FORMAT = "reasoning_format"  # how the output's thinking is marked, on
 # in REQUEST_FIELDS (INPUT_TYPES).
 OUTPUT_TYPES: dict[str, str] = {
     TEXT_OUTPUT: "STRING",
+    REASONING_OUTPUT: "STRING",
     FINISH_REASON: "STRING",
     NUM_INPUT_TOKENS: "INT32",
     NUM_OUTPUT_TOKENS: "INT32",
@@ -364,7 +366,7 @@ LIST_INPUTS = frozenset(spec.tensor for spec in REQUEST_FIELDS if spec.is_list)
 class GenerationOutput:
     """One response of a generation: a text delta (streaming) or the whole text."""
 
-    text: str
+    text: str  # the answer's text
     finish_reason: FinishReason | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -374,6 +376,7 @@ class GenerationOutput:
     tool_call_format: str = ""  # on the first response of a request with tools (tool_formats.FORMATS)
     reasoning_format: str = ""  # on the first response of an output that thinks (reasoning.REASONING_FORMATS)
     reasoning_tokens: int = 0  # of completion_tokens, those of the thinking (a reasoning model's)
+    reasoning: str = ""  # the thinking's text, apart from the answer's (a reasoning model's)
 
 
 # Encoding -----------------------------------------------------------------------------------
@@ -420,6 +423,8 @@ def encode_output(output: GenerationOutput) -> dict[str, Array]:
         NUM_INPUT_TOKENS: _scalar(NUM_INPUT_TOKENS, output.prompt_tokens),
         NUM_OUTPUT_TOKENS: _scalar(NUM_OUTPUT_TOKENS, output.completion_tokens),
     }
+    if output.reasoning:
+        tensors[REASONING_OUTPUT] = np.array([[output.reasoning.encode("utf-8")]], dtype=np.object_)
     if output.reasoning_tokens:
         tensors[NUM_REASONING_TOKENS] = _scalar(NUM_REASONING_TOKENS, output.reasoning_tokens)
     if output.logprobs is not None:
@@ -477,6 +482,8 @@ def decode_output_values(values: ValuesGetter) -> GenerationOutput:
     """
     text_values = values(TEXT_OUTPUT)
     text = "" if text_values is None else "".join(text_of(v, TEXT_OUTPUT) for v in text_values)
+    reasoning_values = values(REASONING_OUTPUT)
+    reasoning = "" if reasoning_values is None else "".join(text_of(v, REASONING_OUTPUT) for v in reasoning_values)
     reason_value = single(values, FINISH_REASON)
     reason = text_of(reason_value, FINISH_REASON) if reason_value is not None else ""
     prompt_tokens, completion_tokens = single(values, NUM_INPUT_TOKENS), single(values, NUM_OUTPUT_TOKENS)
@@ -486,6 +493,7 @@ def decode_output_values(values: ValuesGetter) -> GenerationOutput:
         prompt_tokens=int(prompt_tokens or 0),  # type: ignore[call-overload]
         completion_tokens=int(completion_tokens or 0),  # type: ignore[call-overload]
         reasoning_tokens=int(single(values, NUM_REASONING_TOKENS) or 0),  # type: ignore[call-overload]
+        reasoning=reasoning,
         logprobs=logprobs_from_json(text_of(single(values, TOKEN_LOGPROBS) or b"", TOKEN_LOGPROBS), TOKEN_LOGPROBS),
         prompt_logprobs=prompt_logprobs_from_json(
             text_of(single(values, PROMPT_LOGPROBS) or b"", PROMPT_LOGPROBS), PROMPT_LOGPROBS

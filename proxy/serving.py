@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from llgtriton import wire
-from llgtriton.reasoning import ReasoningSplitter, Split, split_reasoning
 from llgtriton.tool_formats import FORMATS, ToolCallFormat
 from proxy.errors import InternalError
 from proxy.guards import GenerationSlots, LocalInFlight
@@ -36,7 +35,6 @@ from proxy.protocol import (
     new_id,
     now,
 )
-from proxy.reasoning import reasoning_format
 from proxy.tool_calls import ToolCallStream, read_answer
 from proxy.tools import ToolPlan
 from proxy.translate import chat_generation, completion_generation
@@ -47,14 +45,15 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class _Finished:
-    """A whole generation: its text, its last output (finish reason, counts) and its logprobs."""
+    """A whole generation: its answer's and its thinking's text, its last output (finish reason,
+    counts) and its logprobs."""
 
     text: str
     last: wire.GenerationOutput
     logprobs: tuple[wire.TokenLogprob, ...] | None
     prompt_logprobs: wire.PromptLogprobs | None = None
     tool_call_format: str = ""
-    reasoning_format: str = ""
+    reasoning: str = ""
 
     @property
     def reason(self) -> wire.FinishReason:
@@ -64,22 +63,23 @@ class _Finished:
 
 async def _final(outputs: AsyncIterator[wire.GenerationOutput]) -> _Finished:
     parts: list[str] = []
+    thought: list[str] = []
     logprobs: list[wire.TokenLogprob] = []
     prompt_logprobs: wire.PromptLogprobs | None = None
-    tool_call_format = reasoning = ""
+    tool_call_format = ""
     last: wire.GenerationOutput | None = None
     async for output in outputs:
         parts.append(output.text)
+        thought.append(output.reasoning)
         logprobs.extend(output.logprobs or ())
         prompt_logprobs = prompt_logprobs or output.prompt_logprobs
         tool_call_format = tool_call_format or output.tool_call_format
-        reasoning = reasoning or output.reasoning_format
         last = output
     if last is None or last.finish_reason is None:
         raise InternalError("the generation ended without a finish reason")
     # Every output of a request that asked for logprobs carries them (possibly empty); others carry None.
     logprobs_read = None if last.logprobs is None else tuple(logprobs)
-    return _Finished("".join(parts), last, logprobs_read, prompt_logprobs, tool_call_format, reasoning)
+    return _Finished("".join(parts), last, logprobs_read, prompt_logprobs, tool_call_format, "".join(thought))
 
 
 def _copies(generation: wire.GenerationRequest, n: int) -> list[wire.GenerationRequest]:
@@ -261,11 +261,9 @@ class Generations:
             )
         choices = []
         for index, done in enumerate(finished):
-            form = reasoning_format(done.reasoning_format)
-            split = split_reasoning(form, done.text)
-            message, finish = _assistant(translation.tools, split.content, done.reason, done.tool_call_format)
-            if split.reasoning:
-                message = message.model_copy(update={"reasoning_content": split.reasoning})
+            message, finish = _assistant(translation.tools, done.text, done.reason, done.tool_call_format)
+            if done.reasoning:
+                message = message.model_copy(update={"reasoning_content": done.reasoning})
             logprobs = chat_logprobs(done.logprobs) if done.logprobs is not None else None
             choices.append(ChatChoice(index=index, message=message, finish_reason=finish, logprobs=logprobs))
         return ChatCompletion(
@@ -301,28 +299,19 @@ class Generations:
                     yield chunk(ChatDelta(content=text), output=output)
 
             tools: ToolCallStream | None = None
-            thinking: ReasoningSplitter | None = None
             last: wire.GenerationOutput | None = None
             async for output in self._client.generate(generation, _request_id(completion_id, index, request.n)):
-                if last is None:  # the first response names the formats of the calls and the thinking
+                if last is None:  # the first response names the format of the calls
                     yield chunk(ChatDelta(role="assistant", content=""))
                     if translation.tools is not None:
                         tools = ToolCallStream(translation.tools, call_format(output.tool_call_format))
-                    form = reasoning_format(output.reasoning_format)
-                    thinking = ReasoningSplitter(form) if form is not None else None
-                split = thinking.feed(output.text) if thinking is not None else Split(content=output.text)
-                if split.reasoning:
-                    yield chunk(ChatDelta(reasoning_content=split.reasoning))
-                for item in answer(split.content, output):
+                if output.reasoning:  # the backend sends the thinking apart from the answer
+                    yield chunk(ChatDelta(reasoning_content=output.reasoning))
+                for item in answer(output.text, output):
                     yield item
                 last = output
             if last is None or last.finish_reason is None:
                 raise InternalError("the generation ended without a finish reason")
-            rest = thinking.finish() if thinking is not None else Split()
-            if rest.reasoning:
-                yield chunk(ChatDelta(reasoning_content=rest.reasoning))
-            for item in answer(rest.content):
-                yield item
             cut_short = last.finish_reason is wire.FinishReason.LENGTH
             for delta in tools.finish(cut_short) if tools is not None else []:
                 yield chunk(delta)

@@ -92,6 +92,7 @@ generation_outputs = st.builds(
     finish_reason=st.none() | st.sampled_from(list(wire.FinishReason)),
     prompt_tokens=st.integers(0, INT32_MAX),
     completion_tokens=st.integers(0, INT32_MAX),
+    reasoning=texts,
     logprobs=st.none() | st.lists(token_logprobs, max_size=3).map(tuple),
     prompt_logprobs=st.none()
     | st.builds(wire.PromptLogprobs, first=st.binary(max_size=6), rest=st.lists(token_logprobs, max_size=3).map(tuple)),

@@ -1,17 +1,14 @@
-"""Reasoning models through the proxy: the thinking is reasoning_content, never content."""
+"""Reasoning models through the proxy: the thinking the backend sends apart is reasoning_content, never content."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from llgtriton import wire
-from llgtriton.reasoning import REASONING_FORMATS, ReasoningSplitter, Split, split_reasoning
+from llgtriton.reasoning import REASONING_FORMATS, ReasoningSplitter, Split
 from tests.proxy.scripted import ScriptedClient, chat_body, sse_events
 
 CHAT = "/v1/chat/completions"
@@ -19,51 +16,26 @@ CHAT = "/v1/chat/completions"
 QWEN3, R1 = REASONING_FORMATS["qwen3"], REASONING_FORMATS["deepseek_r1"]
 
 
-def streamed(form: Any, chunks: list[str]) -> Split:
-    splitter = ReasoningSplitter(form)
-    parts = [splitter.feed(chunk) for chunk in chunks] + [splitter.finish()]
-    return Split("".join(p.reasoning for p in parts), "".join(p.content for p in parts))
-
-
-def chunked(text: str, data: st.DataObject) -> list[str]:
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=8)))
-    return [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    # (a thought that itself opens with the start tag reads as the tag: models re-open it)
-    st.text(alphabet="ab <>/think\n", max_size=20).filter(
-        lambda t: "</think>" not in t and not t.lstrip().startswith("<think>")
-    ),
-    st.text(alphabet="xy{}\n", max_size=12),
-    st.data(),
-)
-def test_however_the_text_is_cut_the_thinking_and_the_answer_come_apart(
-    thought: str, answer: str, data: st.DataObject
-) -> None:
-    expected = Split(thought, answer.lstrip("\n"))
-    qwen_text = f"<think>{thought}</think>\n\n{answer}"
-    assert streamed(QWEN3, chunked(qwen_text, data)) == split_reasoning(QWEN3, qwen_text) == expected
-    r1_text = f"{thought}</think>{answer}"
-    assert streamed(R1, chunked(r1_text, data)) == split_reasoning(R1, r1_text) == expected
-
-
-def test_an_output_cut_short_while_thinking_is_all_reasoning() -> None:
-    assert split_reasoning(QWEN3, "<think>Let me see") == Split("Let me see", "")
-    assert split_reasoning(R1, "Let me see</thi") == Split("Let me see", "")
-    assert split_reasoning(QWEN3, "<thi") == Split("", "")  # a tag cut short is neither part
-
-
-def test_qwen3_without_thinking_is_all_answer() -> None:
-    assert split_reasoning(QWEN3, "Four.") == Split("", "Four.")
-    assert streamed(QWEN3, ["<", "b>bold</b>"]) == Split("", "<b>bold</b>")
-    assert split_reasoning(None, "<think>x</think>y") == Split("", "<think>x</think>y")
-
-
 def outputs(*texts: str, form: str = "qwen3") -> list[wire.GenerationOutput]:
-    scripted = [wire.GenerationOutput(text) for text in texts[:-1]]
-    scripted.append(wire.GenerationOutput(texts[-1], wire.FinishReason.STOP, prompt_tokens=3, completion_tokens=9))
+    """What the backend sends for an output written in ``texts``, one response each: its thinking
+    apart from its answer (``OutputStream`` splits them with the same splitter)."""
+    splitter = ReasoningSplitter(REASONING_FORMATS[form]) if form else None
+    scripted = []
+    for index, text in enumerate(texts):
+        split = splitter.feed(text) if splitter is not None else Split(content=text)
+        if index < len(texts) - 1:
+            scripted.append(wire.GenerationOutput(split.content, reasoning=split.reasoning))
+            continue
+        rest = splitter.finish() if splitter is not None else Split()
+        scripted.append(
+            wire.GenerationOutput(
+                split.content + rest.content,
+                wire.FinishReason.STOP,
+                prompt_tokens=3,
+                completion_tokens=9,
+                reasoning=split.reasoning + rest.reasoning,
+            )
+        )
     scripted[0] = dataclasses.replace(scripted[0], reasoning_format=form)
     return scripted
 

@@ -27,10 +27,18 @@ WEATHER_TOOL = {
 }
 
 
-def said(*texts: str, finish: wire.FinishReason = wire.FinishReason.STOP, **first: Any) -> list[wire.GenerationOutput]:
-    """Outputs that write ``texts`` in turn, the last one finishing; ``first``: fields of the first output."""
+def said(
+    *texts: str | tuple[str, str], finish: wire.FinishReason = wire.FinishReason.STOP, **first: Any
+) -> list[wire.GenerationOutput]:
+    """Outputs that write ``texts`` in turn, the last one finishing; ``first``: fields of the first output.
+    A pair is (thinking, answer): a reasoning model's output, which the backend sends apart."""
     outputs = [
-        wire.GenerationOutput(text=text, prompt_tokens=5, completion_tokens=index + 1)
+        wire.GenerationOutput(
+            text=text if isinstance(text, str) else text[1],
+            reasoning="" if isinstance(text, str) else text[0],
+            prompt_tokens=5,
+            completion_tokens=index + 1,
+        )
         for index, text in enumerate(texts)
     ]
     outputs[0] = wire.GenerationOutput(**{**outputs[0].__dict__, **first})
@@ -256,7 +264,7 @@ async def test_a_response_cut_by_max_output_tokens_is_incomplete(
 
 
 async def test_thinking_is_a_reasoning_item(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
-    client.script(said("Let me think", "</think>", "Paris", reasoning_format="deepseek_r1"))
+    client.script(said(("Let me think", ""), ("", ""), "Paris", reasoning_format="deepseek_r1"))
     response = await sdk.responses.create(model=MODEL, input="Capital of France?")
     assert [item.type for item in response.output] == ["reasoning", "message"]
     reasoning = response.output[0]
@@ -317,7 +325,7 @@ async def test_a_streamed_parse_returns_the_model(sdk: openai.AsyncOpenAI, clien
 
 
 async def test_a_streamed_reasoning_model_streams_its_thinking(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
-    client.script(said("Hmm", "</think>Paris", reasoning_format="deepseek_r1"))
+    client.script(said(("Hmm", ""), "Paris", reasoning_format="deepseek_r1"))
     events = [event async for event in await sdk.responses.create(model=MODEL, input="x", stream=True)]
     deltas = [(event.type, getattr(event, "delta", None)) for event in events if event.type.endswith(".delta")]
     assert deltas == [("response.reasoning_text.delta", "Hmm"), ("response.output_text.delta", "Paris")]
@@ -436,7 +444,7 @@ async def test_a_stored_conversation_survives_a_restart(client: ScriptedClient, 
 
 
 async def test_the_thinking_tokens_are_reported_in_the_usage(sdk: openai.AsyncOpenAI, client: ScriptedClient) -> None:
-    outputs = said("Hmm", "</think>Paris", reasoning_format="deepseek_r1")
+    outputs = said(("Hmm", ""), "Paris", reasoning_format="deepseek_r1")
     outputs[-1] = wire.GenerationOutput(**{**outputs[-1].__dict__, "reasoning_tokens": 2})
     client.script(outputs)
     response = await sdk.responses.create(model=MODEL, input="x")
