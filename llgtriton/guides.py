@@ -8,6 +8,7 @@ constraint before Triton sees it; the backend compiles it again against the mode
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import urllib.parse
@@ -21,6 +22,7 @@ from llguidance import LLMatcher
 if TYPE_CHECKING:  # the TypedDict exists only in llguidance's type stubs
     from llguidance._lib import JsonCompileOptions
 
+from llgtriton.schema_formats import annotations_only
 from llgtriton.wire import GuideType
 
 # Between JSON tokens: nothing, one space, or one newline and an indentation of at most
@@ -58,6 +60,7 @@ MAX_GRAMMAR_RULES = 2000
 MAX_GBNF_RULES = 500
 
 _T = TypeVar("_T")
+logger = logging.getLogger(__name__)
 
 
 class GuideError(ValueError):
@@ -236,6 +239,7 @@ def json_schema_grammar(schema: Any) -> str:
     if not isinstance(schema, dict):
         raise GuideError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
     schema_depth(schema)
+    schema = annotations_only(schema, lambda name: logger.info("format %r is an annotation, not asserted", name))
     try:
         return str(LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS))
     except ValueError as exc:  # e.g. an integer beyond 64 bits anywhere in the schema
