@@ -11,7 +11,6 @@ import json
 import logging
 import re
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,6 +21,7 @@ from llguidance import LLMatcher
 if TYPE_CHECKING:  # the TypedDict exists only in llguidance's type stubs
     from llguidance._lib import JsonCompileOptions
 
+from llgtriton.json_schemas import local_target
 from llgtriton.schema_formats import annotations_only
 from llgtriton.wire import GuideType
 
@@ -167,7 +167,7 @@ def schema_depth(schema: Any, limit: int = MAX_SCHEMA_DEPTH) -> int:
         on_path.add(key)
         children = list(node.values()) if isinstance(node, dict) else node
         if isinstance(node, dict) and isinstance(node.get("$ref"), str):
-            children.append(_local_target(schema, node["$ref"]))
+            children.append(local_target(schema, node["$ref"]))
         best = max((height(child, depth + 1) for child in children), default=0)
         on_path.discard(key)
         heights[key] = best + 1
@@ -177,22 +177,6 @@ def schema_depth(schema: Any, limit: int = MAX_SCHEMA_DEPTH) -> int:
         return height(schema, 1)
     except _TooDeep:
         raise GuideError(f"the JSON schema nests deeper than {limit} levels, counting each $ref it follows") from None
-
-
-def _local_target(root: Any, ref: str) -> Any:
-    """The part of ``root`` a ``#/...`` JSON pointer names, or None."""
-    if not ref.startswith("#"):
-        return None
-    node = root
-    for raw in ref[1:].split("/")[1:]:
-        part = urllib.parse.unquote(raw).replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
 
 
 def grammar_rules(grammar: str) -> int:

@@ -13,31 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from llgtriton.json_schemas import ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS
+
 # What llguidance 1.x asserts; it refuses any other name ("Unknown format").
 ASSERTED_FORMATS = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid", "unknown"}
-)
-# Keywords whose value is one schema, a list of schemas, or a map of names to schemas. Values of
-# every other keyword (enum, const, default, examples, required ...) are data and stay as they are.
-_ONE_SCHEMA = frozenset(
-    {
-        "items",
-        "additionalItems",
-        "additionalProperties",
-        "unevaluatedItems",
-        "unevaluatedProperties",
-        "contains",
-        "propertyNames",
-        "not",
-        "if",
-        "then",
-        "else",
-        "contentSchema",
-    }
-)
-_SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems", "items"})
-_SCHEMA_MAPS = frozenset(
-    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
 )
 
 
@@ -56,10 +36,10 @@ def annotations_only(schema: Any, unasserted: Callable[[str], None] = lambda nam
 
 
 def _subschemas(key: str, value: Any, unasserted: Callable[[str], None]) -> Any:
-    if key in _SCHEMA_MAPS and isinstance(value, dict):
+    if key in SCHEMA_MAPS and isinstance(value, dict):
         return {name: annotations_only(item, unasserted) for name, item in value.items()}
-    if key in _SCHEMA_LISTS and isinstance(value, list):
+    if key in SCHEMA_LISTS and isinstance(value, list):
         return [annotations_only(item, unasserted) for item in value]
-    if key in _ONE_SCHEMA:
+    if key in ONE_SCHEMA:
         return annotations_only(value, unasserted)
     return value

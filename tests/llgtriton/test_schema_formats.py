@@ -26,10 +26,17 @@ def test_a_format_llguidance_does_not_assert_is_an_annotation_and_the_rest_is_en
         "additionalProperties": False,
     }
     grammar = json_schema_grammar(schema)  # was a GuideError: "Unknown format"
-    for instance in ({"id": "any text at all", "n": 3}, {"id": "", "n": -1}):
+    valid: list[dict[str, Any]] = [{"id": "any text at all", "n": 3}, {"id": "", "n": -1}]
+    invalid: list[dict[str, Any]] = [
+        {"id": 7, "n": 3},
+        {"id": "x"},
+        {"id": "x", "n": 1.5},
+        {"id": "x", "n": 1, "extra": 0},
+    ]
+    for instance in valid:
         jsonschema.validate(instance, schema)  # the default validator reads format as an annotation too
         assert accepts(grammar, compact(instance))
-    for instance in ({"id": 7, "n": 3}, {"id": "x"}, {"id": "x", "n": 1.5}, {"id": "x", "n": 1, "extra": 0}):
+    for instance in invalid:
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(instance, schema)
         assert not accepts(grammar, compact(instance))
@@ -42,7 +49,7 @@ def test_a_format_llguidance_asserts_is_still_enforced() -> None:
 
 
 def test_only_schemas_lose_their_format_never_the_data_or_names_beside_them() -> None:
-    schema = {
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": {"format": {"enum": [{"format": "int32"}]}, "when": {"type": "string", "format": "date"}},
         "required": ["format"],

@@ -1,0 +1,57 @@
+"""Reading a JSON schema: the keywords that hold subschemas, and the targets of its local ``$ref``s."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+# Keywords whose value is one schema, a list of schemas, or a map of names to schemas. Values of
+# every other keyword (enum, const, default, examples, required ...) are data.
+ONE_SCHEMA = frozenset(
+    {
+        "items",
+        "additionalItems",
+        "additionalProperties",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "contains",
+        "propertyNames",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contentSchema",
+    }
+)
+SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems", "items"})
+SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"})
+
+
+def subschemas(schema: Any) -> Iterator[Any]:
+    """The schemas directly inside ``schema`` (not through its ``$ref``s)."""
+    if not isinstance(schema, dict):
+        return
+    for key, value in schema.items():
+        if key in SCHEMA_MAPS and isinstance(value, dict):
+            yield from value.values()
+        elif key in SCHEMA_LISTS and isinstance(value, list):
+            yield from value
+        elif key in ONE_SCHEMA:
+            yield value
+
+
+def local_target(root: Any, ref: str) -> Any:
+    """The part of ``root`` a ``#/...`` JSON pointer names, or None."""
+    if not ref.startswith("#"):
+        return None
+    node = root
+    for raw in ref[1:].split("/")[1:]:
+        part = urllib.parse.unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
