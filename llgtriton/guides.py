@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the TypedDict exists only in llguidance's type stubs
 
 from llgtriton.json_schemas import local_target
 from llgtriton.schema_formats import annotations_only
+from llgtriton.schema_one_of import every_one_of_is_disjoint
 from llgtriton.wire import GuideType
 
 # Between JSON tokens: nothing, one space, or one newline and an indentation of at most
@@ -224,8 +225,11 @@ def json_schema_grammar(schema: Any) -> str:
         raise GuideError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
     schema_depth(schema)
     schema = annotations_only(schema, lambda name: logger.info("format %r is an annotation, not asserted", name))
+    options: JsonCompileOptions = JSON_OPTIONS
+    if every_one_of_is_disjoint(schema):  # then anyOf is exactly oneOf
+        options = {**JSON_OPTIONS, "coerce_one_of": True}
     try:
-        return str(LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS))
+        return str(LLMatcher.grammar_from_json_schema(schema, defaults=options))
     except ValueError as exc:  # e.g. an integer beyond 64 bits anywhere in the schema
         raise GuideError(f"the JSON schema cannot be used: {short(str(exc))}") from None
 
