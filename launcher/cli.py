@@ -27,6 +27,8 @@ from launcher.triton_server import TritonLaunchError, TritonProcess
 from llgtriton.logs import configure_logging
 from llgtriton.settings import Settings, SettingsError, add_settings_arguments, load_settings, to_toml
 from proxy.api_keys import accepted_keys
+from proxy.errors import StoreUnavailableError
+from proxy.responses.store import SQLiteResponseStore
 
 logger = logging.getLogger("llgtriton")
 
@@ -205,6 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(to_toml(settings) + "".join(f"{line}\n" for line in auto_parsers(settings.engine)))
         return 0
     configure_logging(settings.log_level)
+    if arguments.command in {"serve", "proxy"}:
+        try:
+            SQLiteResponseStore.check(settings.proxy.responses_store)  # before the model loads
+        except StoreUnavailableError as exc:
+            sys.stderr.write(f"llgtriton: {exc.message}\n")
+            return 2
     if arguments.command in {"serve", "triton"}:
         return serve(settings, with_proxy=arguments.command == "serve")
     try:

@@ -89,9 +89,25 @@ class ProxySettings(_Section):
     )
     responses_store: Path = Field(
         Path(os.path.expanduser("~/.cache/llgtriton/responses.sqlite3")),
-        description="SQLite file of the stored Responses API responses (store, previous_response_id, background); "
-        "the proxy's workers on one host share it, and it survives restarts.",
+        description="SQLite file of the stored Responses API responses (store, previous_response_id, background), "
+        "a path or sqlite:///path; the proxy's workers on one host share it, and it survives restarts.",
     )
+
+    @field_validator("responses_store", mode="before")
+    @classmethod
+    def _store_location(cls, location: object) -> object:
+        """A path, or ``sqlite:///path``; any other URL is refused here rather than read as a folder name."""
+        if not isinstance(location, str) or "://" not in location:
+            return location
+        scheme, _, rest = location.partition("://")
+        if scheme == "sqlite" and rest.startswith("/"):
+            return Path(rest)
+        if scheme in ("postgresql", "postgres"):
+            raise ValueError(
+                "a PostgreSQL store is not available in this version: give a SQLite file (path or sqlite:///path)"
+            )
+        raise ValueError(f"give a SQLite file, as a path or sqlite:///path, not a {scheme}:// URL")
+
     responses_ttl_s: float = Field(
         30 * 24 * 3600.0, gt=0, description="How long a stored response is kept after it is created, seconds."
     )

@@ -87,6 +87,10 @@ class ServiceUnavailableError(ProxyError):
     type = "service_unavailable"
 
 
+class StoreUnavailableError(ServiceUnavailableError):
+    """503: the Responses store cannot be read or written now (its file unusable, its disk full)."""
+
+
 class UpstreamTimeoutError(ProxyError):
     """504: the generation did not finish within ``proxy.request_timeout_s``."""
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from proxy.errors import InvalidRequestError, NotFoundError, ProxyError, as_proxy_error
+from proxy.errors import InvalidRequestError, NotFoundError, ProxyError, StoreUnavailableError, as_proxy_error
 from proxy.protocol import ChatCompletionRequest, StreamOptions, now
 from proxy.responses.conversation import ChatPlan, chat_request, parse_items, refuse_unsupported, renamed, stored_items
 from proxy.responses.output import ResponseEvent, ResponseEvents, failed, finished, new_response_id, output_items
@@ -124,6 +124,17 @@ class Responses:
             message = f"the response cannot be stored: {exc}; send store false"
             raise InvalidRequestError(message, param="store") from None
 
+    async def _keep_generated(self, prepared: _Prepared, response: Response, request: ResponsesRequest) -> Response:
+        """Store a generated response. When the store fails or the response is larger than it, the client
+        still gets what was generated, marked ``store: false`` (it cannot be retrieved or continued),
+        rather than losing it to an error."""
+        try:
+            await self._keep(prepared, response, request)
+        except (StoreUnavailableError, InvalidRequestError) as exc:
+            logger.warning("response %s was generated but not stored: %s", response.id, exc.message)
+            return response.model_copy(update={"store": False})
+        return response
+
     async def _chat(self, chat: ChatCompletionRequest) -> Any:
         try:
             return await self._generations.chat(chat)
@@ -138,8 +149,7 @@ class Responses:
         choice = completion.choices[0]
         items = output_items(choice.message, choice.finish_reason, choice.logprobs)
         response = finished(prepared.draft, items, choice.finish_reason, completion.usage)
-        await self._keep(prepared, response, request)
-        return response
+        return await self._keep_generated(prepared, response, request)
 
     async def stream(self, request: ResponsesRequest, owner: str) -> AsyncGenerator[ResponseEvent]:
         """The event stream. Whatever goes wrong before the first chunk arrives (a bad constraint, a
@@ -166,8 +176,11 @@ class Responses:
             ended, response = events.finish()
         finally:
             await chunks.aclose()
-        await self._keep(prepared, response, request)
-        for event in ended:
+        kept = await self._keep_generated(prepared, response, request)
+        if kept.store != response.store:  # not stored after all: the final event says so
+            last = ended[-1]
+            ended[-1] = last.model_copy(update={"response": {**getattr(last, "response", {}), "store": kept.store}})
+        for event in ended:  # a stream always ends with its final event
             yield event
 
     async def _start_background(self, prepared: _Prepared, request: ResponsesRequest) -> Response:
@@ -196,7 +209,10 @@ class Responses:
         try:
             while not generation.done():
                 await asyncio.wait({generation}, timeout=CANCEL_POLL_S)
-                status = await self._store.status(draft.id, prepared.owner)
+                try:
+                    status = await self._store.status(draft.id, prepared.owner)
+                except StoreUnavailableError:  # (logged by the store) the generation goes on meanwhile
+                    continue
                 if status is None or status == "cancelled":  # cancelled by another process (or evicted)
                     generation.cancel()
             completion = generation.result()
@@ -212,12 +228,24 @@ class Responses:
         await self._finish(prepared, response)
 
     async def _finish(self, prepared: _Prepared, response: Response) -> None:
-        """Store a background response's new state, unless it was cancelled meanwhile."""
+        """Store a background response's new state, unless it was cancelled meanwhile. Where that cannot
+        be stored, its failure is (without its output and input, a small write), so that it does not
+        stay ``in_progress``."""
         try:
             await self._store.finish(_record(prepared, response))
         except ValueError as exc:  # the output made it larger than the whole store: keep the failure
             too_large = failed(response, InvalidRequestError(f"the response cannot be stored: {exc}"))
             await self._store.finish(dataclasses.replace(_record(prepared, too_large), input_items=[]))
+        except StoreUnavailableError as exc:
+            unstored = failed(response, exc)
+            try:
+                await self._store.finish(dataclasses.replace(_record(prepared, unstored), input_items=[]))
+            except StoreUnavailableError:
+                logger.error(
+                    "background response %s: neither its %s state nor its failure could be stored",
+                    response.id,
+                    response.status,
+                )
 
     async def _stored(self, response_id: str, owner: str) -> StoredResponse:
         stored = await self._store.get(response_id, owner)

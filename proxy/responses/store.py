@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from proxy.errors import StoreUnavailableError
+
 logger = logging.getLogger(__name__)
 
 ACTIVE = frozenset({"queued", "in_progress"})
@@ -119,7 +121,23 @@ class SQLiteResponseStore:
 
     def __init__(self, path: Path, *, ttl_s: float, max_bytes: int, owners: int = 1) -> None:
         """``owners``: the API keys that share the store; each may fill its share of ``max_bytes``, and
-        what it stores beyond that evicts its own oldest responses, never another key's."""
+        what it stores beyond that evicts its own oldest responses, never another key's.
+
+        Raises :class:`StoreUnavailableError` naming the file when it cannot be opened."""
+        self._path = path
+        try:
+            self._open(path, ttl_s=ttl_s, max_bytes=max_bytes, owners=owners)
+        except (sqlite3.Error, OSError, RuntimeError) as exc:
+            raise StoreUnavailableError(f"the Responses store {path} cannot be opened: {exc}") from None
+
+    @classmethod
+    def check(cls, path: Path) -> None:
+        """Open the store at ``path`` once (creating it if need be) and close it: at start-up, so an
+        unusable one stops the server naming it. Raises :class:`StoreUnavailableError`."""
+        store = cls(path, ttl_s=1.0, max_bytes=1)
+        store._close()
+
+    def _open(self, path: Path, *, ttl_s: float, max_bytes: int, owners: int) -> None:
         self._ttl_s = ttl_s
         self._max_bytes = max_bytes
         self._share = max_bytes // max(1, owners)
@@ -158,11 +176,18 @@ class SQLiteResponseStore:
         return _Transaction(self._conn)
 
     async def _run(self, work: Callable[[], _T]) -> _T:
+        """``work`` off the event loop; the file failing (unreadable, read-only, disk full) is a 503
+        naming the store, never an internal error."""
+
         def locked() -> _T:
             with self._lock:
                 return work()
 
-        return await asyncio.to_thread(locked)
+        try:
+            return await asyncio.to_thread(locked)
+        except (sqlite3.Error, OSError) as exc:
+            logger.error("the Responses store %s failed: %s", self._path, exc)
+            raise StoreUnavailableError(f"the Responses store {self._path} failed: {exc}") from None
 
     # The blocking parts, called with the lock held.
 

@@ -245,6 +245,31 @@ def test_invalid_value_raises_settings_error_naming_the_field(
         _load(argv, environ)
 
 
+@pytest.mark.parametrize(
+    ("location", "refusal"),
+    [
+        ("postgresql://postgres@127.0.0.1:55432/llgt", "PostgreSQL store is not available"),
+        ("postgres://db/llgt", "PostgreSQL store is not available"),
+        ("mysql://db/llgt", "not a mysql:// URL"),
+        ("sqlite://relative.db", "not a sqlite:// URL"),
+    ],
+)
+def test_a_store_url_that_is_not_a_sqlite_file_is_refused_not_made_a_folder(
+    location: str, refusal: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SettingsError, match=re.escape(refusal)):
+        _load(["--proxy-responses-store", location], {})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_store_is_a_path_or_a_sqlite_url() -> None:
+    assert _load(["--proxy-responses-store", "sqlite:///var/lib/llgt/r.db"], {}).proxy.responses_store == Path(
+        "/var/lib/llgt/r.db"
+    )
+    assert _load(["--proxy-responses-store", "state/r.db"], {}).proxy.responses_store == Path("state/r.db")
+
+
 def test_unknown_key_in_config_file_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path / "c.toml", "[proxy]\nprot = 9000\n")
     with pytest.raises(SettingsError, match=r"proxy\.prot"):

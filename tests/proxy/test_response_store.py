@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import re
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from proxy.errors import StoreUnavailableError
 from proxy.responses.store import ResponseStore, SQLiteResponseStore, StoredResponse, owner_of
 
 ALICE = owner_of("alice-key")
@@ -273,3 +275,22 @@ async def test_the_file_is_in_wal_mode_with_a_schema_version(store: ResponseStor
     with contextlib.closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA user_version").fetchone()[0] >= 1
+
+
+def test_a_store_that_cannot_be_opened_is_unavailable_naming_its_file(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    path = tmp_path / "a-file" / "responses.db"
+    with pytest.raises(StoreUnavailableError, match=re.escape(str(path))):
+        SQLiteResponseStore.check(path)
+    with pytest.raises(StoreUnavailableError, match=re.escape(str(path))):
+        open_store(path)
+
+
+async def test_a_store_whose_file_goes_bad_is_unavailable_naming_it_not_an_internal_error(db_path: Path) -> None:
+    store = open_store(db_path)
+    await store.put(record())
+    await store.close()
+    db_path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreUnavailableError, match=re.escape(str(db_path))):
+        bad = open_store(db_path)
+        await bad.get("resp_1", ALICE)

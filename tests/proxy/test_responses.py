@@ -477,3 +477,40 @@ async def test_an_error_the_stream_did_not_report_is_numbered_after_the_last_eve
         text = (await http.get("/")).text
     last = json.loads(text.strip().split("\n\n")[-1].split("data: ", 1)[1])
     assert (last["type"], last["sequence_number"]) == ("error", 3)
+
+
+# A store that fails ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def broken_store(tmp_path: Path) -> Path:
+    """A store path that cannot be opened: its folder is a file."""
+    (tmp_path / "a-file").write_text("not a folder")
+    return tmp_path / "a-file" / "responses.sqlite3"
+
+
+async def test_a_generated_response_the_store_cannot_keep_still_comes_back_marked_unstored(
+    client: ScriptedClient, broken_store: Path
+) -> None:
+    async with sdk_for(scripted_app(client, responses_store=broken_store)) as sdk:
+        client.script(said("Par", "is"))
+        response = await sdk.responses.create(model=MODEL, input="Capital of France?")
+        assert (response.status, response.output_text, response.to_dict()["store"]) == ("completed", "Paris", False)
+        client.script(said("Par", "is"))
+        events = [event async for event in await sdk.responses.create(model=MODEL, input="x", stream=True)]
+        assert events[-1].type == "response.completed"
+        assert events[-1].response.output_text == "Paris" and events[-1].response.to_dict()["store"] is False
+
+
+async def test_reading_a_store_that_cannot_be_opened_is_a_503_naming_it(
+    client: ScriptedClient, broken_store: Path
+) -> None:
+    async with http_client(scripted_app(client, responses_store=broken_store)) as http:
+        for reply in (
+            await http.get("/v1/responses/resp_1"),
+            await http.post("/v1/responses", json={"model": MODEL, "input": "x", "background": True}),
+            await http.post("/v1/responses", json={"model": MODEL, "input": "x", "previous_response_id": "resp_1"}),
+        ):
+            assert reply.status_code == 503, reply.text
+            assert str(broken_store) in reply.json()["error"]["message"]
+    assert client.requests == []  # nothing was generated for requests that needed the store first
