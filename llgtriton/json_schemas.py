@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # Keywords whose value is one schema, a list of schemas, or a map of names to schemas. Values of
@@ -55,3 +55,21 @@ def local_target(root: Any, ref: str) -> Any:
         else:
             return None
     return node
+
+
+def rewritten(schema: Any, rewrite: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """``schema`` with ``rewrite`` applied to every schema object in it, innermost first; data (``enum``,
+    ``const``, ``default`` ...) and property names are left as they are, and ``schema`` is not changed."""
+    if not isinstance(schema, dict):
+        return schema
+    return rewrite({key: _rewritten_value(key, value, rewrite) for key, value in schema.items()})
+
+
+def _rewritten_value(key: str, value: Any, rewrite: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    if key in SCHEMA_MAPS and isinstance(value, dict):
+        return {name: rewritten(item, rewrite) for name, item in value.items()}
+    if key in SCHEMA_LISTS and isinstance(value, list):
+        return [rewritten(item, rewrite) for item in value]
+    if key in ONE_SCHEMA:
+        return rewritten(value, rewrite)
+    return value

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llgtriton.json_schemas import ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS
+from llgtriton.json_schemas import rewritten
 
 # What llguidance 1.x asserts; it refuses any other name ("Unknown format").
 ASSERTED_FORMATS = frozenset(
@@ -24,22 +24,12 @@ ASSERTED_FORMATS = frozenset(
 def annotations_only(schema: Any, unasserted: Callable[[str], None] = lambda name: None) -> Any:
     """``schema`` without the ``format`` values llguidance does not assert (``unasserted`` hears each
     one); the schema itself is not changed."""
-    if not isinstance(schema, dict):
-        return schema
-    rewritten: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "format" and isinstance(value, str) and value not in ASSERTED_FORMATS:
-            unasserted(value)
-            continue
-        rewritten[key] = _subschemas(key, value, unasserted)
-    return rewritten
 
+    def drop_format(node: dict[str, Any]) -> dict[str, Any]:
+        name = node.get("format")
+        if not isinstance(name, str) or name in ASSERTED_FORMATS:
+            return node
+        unasserted(name)
+        return {key: value for key, value in node.items() if key != "format"}
 
-def _subschemas(key: str, value: Any, unasserted: Callable[[str], None]) -> Any:
-    if key in SCHEMA_MAPS and isinstance(value, dict):
-        return {name: annotations_only(item, unasserted) for name, item in value.items()}
-    if key in SCHEMA_LISTS and isinstance(value, list):
-        return [annotations_only(item, unasserted) for item in value]
-    if key in ONE_SCHEMA:
-        return annotations_only(value, unasserted)
-    return value
+    return rewritten(schema, drop_format)
