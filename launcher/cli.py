@@ -171,6 +171,9 @@ def serve(settings: Settings, *, with_proxy: bool = True) -> int:
     # uvicorn handles SIGTERM (docker stop, Kubernetes) and then re-raises it; with the default
     # handler that would kill this process before `finally` stops tritonserver and its stub.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # Ctrl-C stops the server at any moment, also when it was started as a background job, which
+    # inherits SIGINT ignored (a SIGINT before the event loop took it over was lost).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     triton = TritonProcess(settings)
     try:
         _start_triton(triton, settings)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from tests.support.harness import start_server, stop_process, stop_server
+from tests.support.harness import ROOT, free_port, start_server, stop_process, stop_server, triton_ports_argv
 
 pytestmark = pytest.mark.e2e
 
@@ -68,3 +72,31 @@ def test_sigterm_stops_tritonserver_too(tmp_path: Path) -> None:
     assert "stopping tritonserver" in server.log_tail()
     assert not _tritonserver_running(server.grpc_port)
     assert not _port_open(server.grpc_port)
+
+
+def test_ctrl_c_while_the_model_loads_stops_a_server_started_as_a_background_job(tmp_path: Path) -> None:
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    log = tmp_path / "triton.log"
+    argv = ["triton", *triton_ports_argv(http_port, grpc_port, metrics_port), "--engine-engine=synthetic"]
+    with log.open("wb") as handle:
+        # SIGINT ignored, as a background job of a shell inherits it; exec keeps that.
+        process = subprocess.Popen(
+            ["sh", "-c", 'trap \'\' INT; exec "$0" "$@"', sys.executable, "-m", "launcher.cli", *argv],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "loading the model into Triton" not in log.read_text(errors="replace"):
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)  # before the model is ready, before the event loop runs
+        assert process.wait(60) == 130
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert "stopping tritonserver" in log.read_text(errors="replace")
+    assert not _tritonserver_running(grpc_port)
