@@ -268,10 +268,6 @@ def _nonempty(value: Any, request: GenerationRequest) -> bool:
     return bool(value)
 
 
-def _with_logprobs(value: Any, request: GenerationRequest) -> bool:
-    return request.logprobs or request.prompt_logprobs
-
-
 def _same(value: Any) -> Any:
     return value
 
@@ -325,17 +321,10 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
     _field(
         STOP_WORDS, "STRING", "stop", sent=_nonempty, from_wire=lambda words: tuple(w for w in words if w), is_list=True
     ),
-    _field(
-        GUIDE_TYPE,
-        "STRING",
-        "guide_type",
-        sent=_set,
-        to_wire=lambda guide_type: guide_type.value,
-        from_wire=_guide_type,
-    ),
+    _field(GUIDE_TYPE, "STRING", "guide_type", sent=_set, to_wire=lambda kind: kind.value, from_wire=_guide_type),
     _field(GUIDE, "STRING", "guide", sent=_set),
     _field(RETURN_LOG_PROBS, "BOOL", "logprobs", sent=_nonempty),
-    _field(TOP_LOGPROBS, "INT32", "top_logprobs", sent=_with_logprobs),
+    _field(TOP_LOGPROBS, "INT32", "top_logprobs", sent=lambda _, request: request.logprobs or request.prompt_logprobs),
     _field(RETURN_PROMPT_LOG_PROBS, "BOOL", "prompt_logprobs", sent=_nonempty),
     _field(
         LOGIT_BIAS,
@@ -424,7 +413,7 @@ def encode_output(output: GenerationOutput) -> dict[str, Array]:
         NUM_OUTPUT_TOKENS: _scalar(NUM_OUTPUT_TOKENS, output.completion_tokens),
     }
     if output.reasoning:
-        tensors[REASONING_OUTPUT] = np.array([[output.reasoning.encode("utf-8")]], dtype=np.object_)
+        tensors[REASONING_OUTPUT] = _scalar(REASONING_OUTPUT, output.reasoning)
     if output.reasoning_tokens:
         tensors[NUM_REASONING_TOKENS] = _scalar(NUM_REASONING_TOKENS, output.reasoning_tokens)
     if output.logprobs is not None:
@@ -447,19 +436,20 @@ def decode_request(get: TensorGetter) -> GenerationRequest:
     values = flat(get)
     fields: dict[str, Any] = {}
     for spec in REQUEST_FIELDS:
-        found = values(spec.tensor) if spec.is_list else _present(single(values, spec.tensor))
-        if found is None:
-            continue
-        if spec.triton_type == "STRING":
-            found = [text_of(value, spec.tensor) for value in found]
-        fields[spec.attribute] = spec.from_wire(found if spec.is_list else found[0])
+        found = _read(values, spec)
+        if found is not None:
+            fields[spec.attribute] = spec.from_wire(found)
     request = GenerationRequest(**fields)
     _check_bounds(request)
     return request
 
 
-def _present(value: object | None) -> list[object] | None:
-    return None if value is None else [value]
+def _read(values: ValuesGetter, spec: RequestField) -> Any:
+    """The input's value as ``from_wire`` takes it (a list for a list input, STRING as ``str``), or None."""
+    found: Any = values(spec.tensor) if spec.is_list else single(values, spec.tensor)
+    if found is None or spec.triton_type != "STRING":
+        return found
+    return [text_of(value, spec.tensor) for value in found] if spec.is_list else text_of(found, spec.tensor)
 
 
 def _check_bounds(request: GenerationRequest) -> None:
@@ -471,6 +461,12 @@ def _check_bounds(request: GenerationRequest) -> None:
         raise WireError(f"at most {MAX_LOGIT_BIAS_ENTRIES} {LOGIT_BIAS} entries, got {len(request.logit_bias)}")
 
 
+def _joined_text(values: ValuesGetter, name: str) -> str:
+    """A text output's elements joined ("" when it is absent)."""
+    found = values(name)
+    return "" if found is None else "".join(text_of(value, name) for value in found)
+
+
 def decode_output(get: TensorGetter) -> GenerationOutput:
     return decode_output_values(flat(get))
 
@@ -480,10 +476,7 @@ def decode_output_values(values: ValuesGetter) -> GenerationOutput:
 
     The proxy reads them straight from the gRPC message, with no numpy arrays per streamed chunk.
     """
-    text_values = values(TEXT_OUTPUT)
-    text = "" if text_values is None else "".join(text_of(v, TEXT_OUTPUT) for v in text_values)
-    reasoning_values = values(REASONING_OUTPUT)
-    reasoning = "" if reasoning_values is None else "".join(text_of(v, REASONING_OUTPUT) for v in reasoning_values)
+    text, reasoning = _joined_text(values, TEXT_OUTPUT), _joined_text(values, REASONING_OUTPUT)
     reason_value = single(values, FINISH_REASON)
     reason = text_of(reason_value, FINISH_REASON) if reason_value is not None else ""
     prompt_tokens, completion_tokens = single(values, NUM_INPUT_TOKENS), single(values, NUM_OUTPUT_TOKENS)
