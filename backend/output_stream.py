@@ -31,8 +31,8 @@ class OutputStream:
     stop_filter: StopStringFilter
     generated: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)  # emitted text, thinking and all: what the grammar reads
-    answer: list[str] = field(default_factory=list)  # the answer's emitted text, for non-streaming responses
-    thought: list[str] = field(default_factory=list)  # the thinking's emitted text, likewise
+    answer: list[str] = field(default_factory=list)  # of an output that thinks: its answer's emitted text
+    thought: list[str] = field(default_factory=list)  # and its thinking's
     logprobs: list[TokenLogprob] = field(default_factory=list)  # of tokens not sent yet
     prompt_logprobs: PromptLogprobs | None = None  # not sent yet: they go with the first response
     reasoning_tokens: int = 0  # of the generated tokens, those of the thinking
@@ -87,25 +87,26 @@ class OutputStream:
             return self.final(FinishReason.LENGTH, text + self.drain())
         if text:
             self.text.append(text)
-            split = self._split(text)
-            self.answer.append(split.content)
-            self.thought.append(split.reasoning)
-            if self.request.stream and (split.content or split.reasoning):
-                deliver(self.sink, self.output(split.content, reasoning=split.reasoning), final=False)
+            answer, thought = self._parts(text)
+            if self.request.stream and (answer or thought):
+                deliver(self.sink, self.output(answer, reasoning=thought), final=False)
         return None
 
-    def _split(self, text: str, *, last: bool = False) -> Split:
-        """Newly emitted ``text`` as thinking and answer (all answer for a model that does not think);
-        ``last`` also releases what the splitter held back as a possible tag."""
+    def _parts(self, text: str, *, last: bool = False) -> tuple[str, str]:
+        """Newly emitted ``text`` as (answer, thinking), kept for a whole response; ``last`` also
+        releases what the splitter held back as a possible tag. A model that does not think answers
+        in ``text`` alone, which :attr:`text` already keeps (nothing more per token on that path)."""
         if self.request.reasoning is None:
-            return Split(content=text)
+            return text, ""
         if self.splitter is None:
             self.splitter = ReasoningSplitter(self.request.reasoning)
         split = self.splitter.feed(text)
-        if not last:
-            return split
-        rest = self.splitter.finish()
-        return Split(split.reasoning + rest.reasoning, split.content + rest.content)
+        if last:
+            rest = self.splitter.finish()
+            split = Split(split.reasoning + rest.reasoning, split.content + rest.content)
+        self.answer.append(split.content)
+        self.thought.append(split.reasoning)
+        return split.content, split.reasoning
 
     def _count_thinking(self, text: str) -> None:
         """Every token up to the one that completes the thinking's end tag is the thinking's."""
@@ -137,8 +138,9 @@ class OutputStream:
         return text if stopped else text + self.stop_filter.flush()
 
     def final(self, reason: FinishReason, tail: str) -> GenerationOutput:
-        split = self._split(tail, last=True)
+        answer, thought = self._parts(tail, last=True)
         if self.request.stream:
-            return self.output(split.content, reason, reasoning=split.reasoning)
-        answer, thought = "".join(self.answer) + split.content, "".join(self.thought) + split.reasoning
-        return self.output(answer, reason, reasoning=thought)
+            return self.output(answer, reason, reasoning=thought)
+        if self.request.reasoning is None:
+            return self.output("".join(self.text) + tail, reason)
+        return self.output("".join(self.answer), reason, reasoning="".join(self.thought))
