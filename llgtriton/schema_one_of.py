@@ -12,32 +12,109 @@ that option and nothing is approximated. Two branches are disjoint here when
 Anything else (patterns, ``required``-only branches, ``allOf``, remote ``$ref``s) is not proven,
 and the schema stays a 400 naming ``oneOf``. ``$ref``s to the schema's own parts are followed; a
 branch's ``$ref`` is read alone (older drafts ignore its siblings), which only ever proves less.
+
+The proof's work is bounded (:data:`WORK_BUDGET`): a ``oneOf`` of thousands of branches fits in a
+constraint's megabyte, and comparing them pairwise would hold a compile thread for minutes. Past the
+budget nothing is proven, and the schema is refused as it was without the proof.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from llgtriton.json_schemas import local_target, subschemas
 
 _TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
 _MAX_REFS = 32  # $refs followed to reach one branch's own keywords
+# Branch pairs compared plus the names and values looked at, for a whole schema: far above real
+# schemas (the largest oneOf of JSONSchemaBench's shared set takes a few hundred), about 0.1 s.
+WORK_BUDGET = 100_000
+
+
+class _OverBudget(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _Branch:
+    """What the proof reads of one branch, worked out once."""
+
+    types: frozenset[str]  # the JSON types it may admit (more, never fewer)
+    required: frozenset[str]
+    values: dict[str, frozenset[str]]  # of its required properties with a const/enum: the values, as JSON
+    forbidden: frozenset[str]  # properties it declares false
+    declared: frozenset[str]  # properties it declares
+    closed: bool  # no property beyond the declared ones (additionalProperties false, no patterns)
+
+
+class _Proof:
+    def __init__(self, root: Any) -> None:
+        self._root = root
+        self._left = WORK_BUDGET
+        self._branches: dict[int, _Branch | None] = {}
+
+    def spend(self, work: int) -> None:
+        self._left -= work
+        if self._left < 0:
+            raise _OverBudget
+
+    def branch(self, schema: Any) -> _Branch | None:
+        resolved = _resolve(self._root, schema)
+        if id(resolved) not in self._branches:
+            self._branches[id(resolved)] = self._read(resolved)
+        return self._branches[id(resolved)]
+
+    def _read(self, schema: Any) -> _Branch | None:
+        if schema is None:
+            return None
+        if not isinstance(schema, dict):
+            return _Branch(_types(schema), frozenset(), {}, frozenset(), frozenset(), False)
+        required = _required(schema)
+        declared = schema.get("properties")
+        properties: dict[str, Any] = declared if isinstance(declared, dict) else {}
+        self.spend(len(required) + len(properties))
+        values = {}
+        for name in required & properties.keys():
+            item = _resolve(self._root, properties[name])
+            self.spend(_named_count(item))  # before writing them out: an enum may be long
+            named = _values(item)
+            if named is not None:
+                values[name] = named
+        forbidden = frozenset(name for name, item in properties.items() if _resolve(self._root, item) is False)
+        closed = schema.get("additionalProperties") is False and not schema.get("patternProperties")
+        return _Branch(_types(schema), required, values, forbidden, frozenset(properties), closed)
+
+    def disjoint(self, first: _Branch | None, second: _Branch | None) -> bool:
+        self.spend(1)
+        if first is None or second is None:
+            return False
+        if not first.types & second.types:
+            return True
+        objects = frozenset({"object"})
+        if not (first.types <= objects and second.types <= objects):
+            return False
+        return _discriminated(self, first, second) or _forbids(self, first, second) or _forbids(self, second, first)
 
 
 def every_one_of_is_disjoint(root: Any) -> bool:
-    """Whether ``root`` has a ``oneOf`` and every ``oneOf`` in it has pairwise disjoint branches."""
-    found = False
-    for node in _schemas(root):
-        branches = node.get("oneOf")
-        if not isinstance(branches, list):
-            continue
-        found = True
-        resolved = [_resolve(root, branch) for branch in branches]
-        for index, first in enumerate(resolved):
-            if not all(_disjoint(root, first, second) for second in resolved[index + 1 :]):
-                return False
+    """Whether ``root`` has a ``oneOf`` and every ``oneOf`` in it has pairwise disjoint branches,
+    proven within :data:`WORK_BUDGET`."""
+    proof, found = _Proof(root), False
+    try:
+        for node in _schemas(root):
+            branches = node.get("oneOf")
+            if not isinstance(branches, list):
+                continue
+            found = True
+            read = [proof.branch(branch) for branch in branches]
+            for index, first in enumerate(read):
+                if not all(proof.disjoint(first, second) for second in read[index + 1 :]):
+                    return False
+    except _OverBudget:
+        return False
     return found
 
 
@@ -91,59 +168,45 @@ def _type_of(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def _disjoint(root: Any, first: Any, second: Any) -> bool:
-    if first is None or second is None:
-        return False
-    first_types, second_types = _types(first), _types(second)
-    if not first_types & second_types:
-        return True
-    objects = frozenset({"object"})
-    if not (first_types <= objects and second_types <= objects):
-        return False
-    return (
-        _discriminated(root, first, second)
-        or _requires_what_is_forbidden(root, first, second)
-        or _requires_what_is_forbidden(root, second, first)
-    )
-
-
-def _required(schema: dict[str, Any]) -> set[str]:
+def _required(schema: dict[str, Any]) -> frozenset[str]:
     required = schema.get("required")
-    return {name for name in required if isinstance(name, str)} if isinstance(required, list) else set()
+    return frozenset(name for name in required if isinstance(name, str)) if isinstance(required, list) else frozenset()
 
 
-def _property(root: Any, schema: dict[str, Any], name: str) -> Any:
-    properties = schema.get("properties")
-    return _resolve(root, properties.get(name)) if isinstance(properties, dict) and name in properties else None
-
-
-def _values(schema: Any) -> set[str] | None:
+def _values(schema: Any) -> frozenset[str] | None:
     """The values ``schema`` allows, as canonical JSON, when it names them (``const``, ``enum``)."""
     if not isinstance(schema, dict):
         return None
     if "const" in schema:
-        return {json.dumps(schema["const"], sort_keys=True)}
+        return frozenset({json.dumps(schema["const"], sort_keys=True)})
     if isinstance(schema.get("enum"), list):
-        return {json.dumps(value, sort_keys=True) for value in schema["enum"]}
+        return frozenset(json.dumps(value, sort_keys=True) for value in schema["enum"])
     return None
 
 
-def _discriminated(root: Any, first: dict[str, Any], second: dict[str, Any]) -> bool:
-    for name in _required(first) & _required(second):
-        mine, theirs = _values(_property(root, first, name)), _values(_property(root, second, name))
-        if mine is not None and theirs is not None and not mine & theirs:
+def _named_count(schema: Any) -> int:
+    """How many values ``schema`` names with ``const`` or ``enum``."""
+    if not isinstance(schema, dict):
+        return 0
+    if "const" in schema:
+        return 1
+    enum = schema.get("enum")
+    return len(enum) if isinstance(enum, list) else 0
+
+
+def _discriminated(proof: _Proof, first: _Branch, second: _Branch) -> bool:
+    """A property both require whose named values do not meet."""
+    common = first.values.keys() & second.values.keys()
+    proof.spend(len(common))
+    for name in common:
+        mine, theirs = first.values[name], second.values[name]
+        proof.spend(min(len(mine), len(theirs)))
+        if not mine & theirs:
             return True
     return False
 
 
-def _requires_what_is_forbidden(root: Any, first: dict[str, Any], second: dict[str, Any]) -> bool:
-    declared = second.get("properties")
-    properties: dict[str, Any] = declared if isinstance(declared, dict) else {}
-    closed = second.get("additionalProperties") is False and not second.get("patternProperties")
-    for name in _required(first):
-        if name in properties:
-            if _resolve(root, properties[name]) is False:
-                return True
-        elif closed:
-            return True
-    return False
+def _forbids(proof: _Proof, first: _Branch, second: _Branch) -> bool:
+    """``first`` requires a property ``second`` forbids (declares false, or leaves out while closed)."""
+    proof.spend(len(first.required))
+    return any(name in second.forbidden or (second.closed and name not in second.declared) for name in first.required)

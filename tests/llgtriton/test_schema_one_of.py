@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
-from llgtriton.schema_one_of import every_one_of_is_disjoint
+from llgtriton.schema_one_of import WORK_BUDGET, every_one_of_is_disjoint
 from tests.llgtriton.matching import assert_grammar_agrees, objects_in_order
 
 BY_TYPE: dict[str, Any] = {
@@ -113,3 +113,36 @@ def test_one_overlapping_one_of_keeps_the_whole_schema_refused() -> None:
     assert not every_one_of_is_disjoint(schema)
     with pytest.raises(GuideError, match="oneOf"):
         check_grammar(json_schema_grammar(schema))
+
+
+def discriminated(branches: int) -> dict[str, Any]:
+    """A oneOf of ``branches`` objects, each told apart by its own value of a required property."""
+    return {
+        "oneOf": [
+            {"type": "object", "properties": {"k": {"const": index}}, "required": ["k"]} for index in range(branches)
+        ]
+    }
+
+
+def test_a_oneof_too_large_to_prove_within_the_budget_stays_refused() -> None:
+    """Thousands of disjoint branches fit in a constraint's megabyte; comparing them pairwise held a
+    compile thread for a minute (3,000 branches). Past the work budget nothing is proven."""
+    assert every_one_of_is_disjoint(discriminated(100))
+    assert not every_one_of_is_disjoint(discriminated(3000))
+    with pytest.raises(GuideError, match="oneOf"):
+        check_grammar(json_schema_grammar(discriminated(3000)))
+
+
+def test_a_long_enum_is_not_written_out_past_the_budget() -> None:
+    """Disjoint (no kind is -1), but proving it would write out more values than the budget allows."""
+    kinds: dict[str, Any] = {"enum": list(range(WORK_BUDGET + 1))}
+    schema = {
+        "$defs": {"kinds": kinds},
+        "oneOf": [
+            {"type": "object", "properties": {"k": {"$ref": "#/$defs/kinds"}}, "required": ["k"]},
+            {"type": "object", "properties": {"k": {"const": -1}}, "required": ["k"]},
+        ],
+    }
+    assert not every_one_of_is_disjoint(schema)
+    kinds["enum"] = list(range(100))
+    assert every_one_of_is_disjoint(schema)
