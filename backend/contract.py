@@ -34,6 +34,12 @@ class Service(Protocol):
     @property
     def step_counters(self) -> StepCounters: ...
 
+    @property
+    def reports_engine(self) -> bool:
+        """Whether this instance publishes the engine's metrics: not one that joined an engine process
+        another instance started, so that a shared engine is counted once."""
+        ...
+
     def load(self) -> tuple[int, int]:
         """(running, waiting) request counts."""
         ...

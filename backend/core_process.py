@@ -14,35 +14,54 @@ load and step totals twice a second for the metrics.
 When the core dies, or goes silent (stopped, wedged) for :data:`STUCK_AFTER_S`, every request in
 flight ends with an error and a new core starts; meanwhile the health check says it is unavailable.
 When the stub dies, the core sees its pipe close and exits.
+
+Several model instances (stubs) of one Triton server share one core when given the same
+:class:`CoreRendezvous`: one stub a second sends only so many responses, the engine batches best
+as one. The stub that takes the rendezvous's lock starts the core and *leads*; the others join it
+over a Unix socket. A joined stub whose core goes away fails its requests and joins again, or
+leads if the leader went too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import itertools
 import logging
 import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Client, Connection
 from pathlib import Path
 from typing import Any
 
-from backend.contract import ResponseSink, Service
-from backend.errors import Unavailable, error_kind, error_of_kind
+from backend.contract import ResponseSink
+from backend.core_server import (
+    STATUS_INTERVAL_S,
+    STOP_TIMEOUT_S,
+    Cancel,
+    Failed,
+    Ready,
+    Reply,
+    Status,
+    Submit,
+    run_core,
+)
+from backend.errors import Unavailable, error_of_kind
 from backend.response_pump import ResponsePump
 from backend.telemetry import StepCounters, StepTotals
 from llgtriton.settings import EngineSettings
-from llgtriton.wire import ErrorKind, GenerationOutput, GenerationRequest
+from llgtriton.wire import GenerationRequest
 
 logger = logging.getLogger(__name__)
 
-STATUS_INTERVAL_S = 0.5
 # The core reports every STATUS_INTERVAL_S from a thread of its own; silent this long, it is stuck
 # (stopped, or its threads wedged): its requests fail and it is replaced. Before then, a core
 # silent for more than HEALTHY_SILENCE_S makes the health check (and the proxy's /ready) say no.
@@ -52,167 +71,55 @@ CANCEL_POLL_S = 0.005  # how often the stub looks for cancelled requests to tell
 # Without the response pump each look is a round trip to Triton per request: look less often.
 UNPUMPED_CANCEL_POLL_S = 0.02
 START_TIMEOUT_S = 1800.0  # loading a model (and capturing its CUDA graphs) may take long
-STOP_TIMEOUT_S = 30.0
-
-# Messages -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Submit:
-    key: int
-    request_id: str
-    request: GenerationRequest
-
-
-@dataclass(frozen=True)
-class Cancel:
-    key: int
-
-
-@dataclass(frozen=True)
-class Reply:
-    """An output for request ``key`` (``final``: its last), or its failure as (kind, message)."""
-
-    key: int
-    output: GenerationOutput | None = None
-    final: bool = False
-    error: tuple[ErrorKind, str] | None = None
-
-
-@dataclass(frozen=True)
-class Status:
-    running: int
-    waiting: int
-    totals: StepTotals
-
-
-@dataclass(frozen=True)
-class Ready:
-    pid: int
-
-
-@dataclass(frozen=True)
-class Failed:
-    """The core could not start."""
-
-    message: str
-
-
-# The core (child process) -------------------------------------------------------------------
-
-
-class _Outgoing:
-    """Replies queued by the step loop's sinks, sent up in batches by a thread of their own."""
-
-    def __init__(self, connection: Connection) -> None:
-        self._connection = connection
-        self._changed = threading.Condition()
-        self._replies: list[Reply | Status] = []
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="llgtriton-core-replies", daemon=True)
-        self._thread.start()
-
-    def put(self, item: Reply | Status) -> None:
-        with self._changed:
-            self._replies.append(item)
-            self._changed.notify()
-
-    def close(self) -> None:
-        with self._changed:
-            self._closed = True
-            self._changed.notify()
-        self._thread.join(STOP_TIMEOUT_S)
-
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                while not self._replies and not self._closed:
-                    self._changed.wait()
-                batch, self._replies = self._replies, []
-                closed = self._closed
-            if batch:
-                try:
-                    self._connection.send(batch)
-                except OSError:  # the stub is gone; the core's main loop sees it too
-                    return
-            if closed:
-                return
-
-
-class _CoreSink:
-    """A request's sink inside the core: its replies are queued for the stub; cancellation is a flag."""
-
-    def __init__(self, key: int, outgoing: _Outgoing, cancelled: set[int]) -> None:
-        self._key = key
-        self._outgoing = outgoing
-        self._cancelled = cancelled
-
-    def send(self, output: GenerationOutput, *, final: bool) -> None:
-        self._outgoing.put(Reply(self._key, output, final))
-        if final:
-            self._cancelled.discard(self._key)
-
-    def fail(self, error: Exception) -> None:
-        self._outgoing.put(Reply(self._key, final=True, error=(error_kind(error), str(error))))
-        self._cancelled.discard(self._key)
-
-    def is_cancelled(self) -> bool:
-        return self._key in self._cancelled
-
-
-def run_core(settings: EngineSettings, connection: Connection) -> None:
-    """The core's main: start the engine, serve the stub's messages until it stops or goes away."""
-    from backend.assembly import start_in_process  # the child imports the engine, not the stub
-    from llgtriton.logs import configure_logging
-
-    configure_logging(os.environ.get("LLGTRITON_LOG_LEVEL", "info"))
-    # The core lives as long as its stub: a signal to Triton's process group is the stub's to handle
-    # (it stops the core); a stub that dies closes the pipe, which ends the core.
-    if threading.current_thread() is threading.main_thread():  # (the tests run it on a thread)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        # Responses cost nothing here (a list append); the stub's own pump merges them.
-        service = start_in_process(settings.model_copy(update={"coalesce_responses": False}))
-    except Exception as exc:
-        logger.exception("the engine could not start")
-        connection.send(Failed(f"{type(exc).__name__}: {exc}"))
-        return
-    outgoing = _Outgoing(connection)
-    cancelled: set[int] = set()
-    stop = threading.Event()
-    status = threading.Thread(target=_report, args=(service, outgoing, stop), name="llgtriton-core-status", daemon=True)
-    status.start()
-    connection.send(Ready(os.getpid()))
-    try:
-        while True:
-            try:
-                message = connection.recv()
-            except (EOFError, OSError):  # the stub is gone
-                break
-            if isinstance(message, Submit):
-                sink = _CoreSink(message.key, outgoing, cancelled)
-                try:
-                    service.submit(message.request, message.request_id, sink)
-                except Exception as exc:
-                    sink.fail(exc)
-            elif isinstance(message, Cancel):
-                cancelled.add(message.key)
-            else:  # stop
-                break
-    finally:
-        stop.set()
-        service.shutdown()
-        outgoing.close()
-
-
-def _report(service: Service, outgoing: _Outgoing, stop: threading.Event) -> None:
-    while not stop.wait(STATUS_INTERVAL_S):
-        running, waiting = service.load()
-        outgoing.put(Status(running, waiting, service.step_counters.totals()))
-
+JOIN_RETRY_S = 0.2  # how often a stub looks for the core that another instance is starting
 
 # The stub's side ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CoreRendezvous:
+    """Where the model instances of one Triton server find their shared core: a lock that the
+    leading stub holds while it runs the core, and the Unix socket the core listens on."""
+
+    socket: Path
+    lock: Path
+
+    @classmethod
+    def named(cls, name: str) -> CoreRendezvous:
+        """The rendezvous for ``name`` (a server and a model), in a folder only this user may enter."""
+        folder = Path(tempfile.gettempdir()) / f"llgtriton-{os.getuid()}"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o077:
+            raise RuntimeError(f"{folder} must belong to this user alone")
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        return cls(folder / f"core-{digest}.sock", folder / f"core-{digest}.lock")
+
+    def try_lead(self) -> int | None:
+        """The lock's open descriptor when this stub now leads (held until closed), else None."""
+        descriptor = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            return None
+        return descriptor
+
+
+class _JoinedCore:
+    """The core another stub started, as far as this stub can act on it: by its pid."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.exitcode: int | None = None
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Its leader waits for it; this stub does not."""
+
+    def is_alive(self) -> bool:
+        return False  # not this stub's to stop
 
 
 def core_python() -> str:
@@ -233,10 +140,13 @@ class CoreProcess:
         pump: ResponsePump | None = None,
         *,
         python: str | None = None,
-        target: Callable[[EngineSettings, Connection], None] = run_core,
+        target: Callable[[EngineSettings, Connection, str | None], None] = run_core,
         stuck_after_s: float = STUCK_AFTER_S,
+        rendezvous: CoreRendezvous | None = None,
     ) -> None:
         self._settings = settings
+        self._rendezvous = rendezvous
+        self._lead: int | None = None  # the rendezvous lock's descriptor while this stub leads
         self._stuck_after_s = stuck_after_s
         self._pump = pump
         self._python = python or core_python()
@@ -269,14 +179,55 @@ class CoreProcess:
         pid: int | None = self._process.pid
         return pid
 
+    @property
+    def reports_engine(self) -> bool:
+        return self._rendezvous is None or self._lead is not None
+
     def load(self) -> tuple[int, int]:
         return self._load
 
     def _start(self) -> tuple[Connection, Any]:
+        """A core to talk to: started here, or, with a rendezvous, the one another instance leads."""
+        if self._rendezvous is None:
+            return self._spawn(None)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if self._lead is None:
+                self._lead = self._rendezvous.try_lead()
+            if self._lead is not None:
+                return self._spawn(str(self._rendezvous.socket))
+            joined = self._join(self._rendezvous)
+            if joined is not None:
+                return joined
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"no engine process to join at {self._rendezvous.socket} within {START_TIMEOUT_S:.0f} s"
+                )
+            time.sleep(JOIN_RETRY_S)
+
+    @staticmethod
+    def _join(rendezvous: CoreRendezvous) -> tuple[Connection, _JoinedCore] | None:
+        try:
+            connection = Client(str(rendezvous.socket), family="AF_UNIX")
+        except (FileNotFoundError, ConnectionRefusedError):  # its leader is still starting it
+            return None
+        try:
+            ready = connection.recv() if connection.poll(STOP_TIMEOUT_S) else None
+        except (EOFError, OSError):
+            ready = None
+        if not isinstance(ready, Ready):
+            connection.close()
+            return None
+        logger.info("joined the engine process %d", ready.pid)
+        return connection, _JoinedCore(ready.pid)
+
+    def _spawn(self, listen_at: str | None) -> tuple[Connection, Any]:
         context = multiprocessing.get_context("spawn")
         context.set_executable(self._python)
         parent, child = context.Pipe()
-        process = context.Process(target=self._target, args=(self._settings, child), name="llgtriton-core", daemon=True)
+        process = context.Process(
+            target=self._target, args=(self._settings, child, listen_at), name="llgtriton-core", daemon=True
+        )
         started = time.monotonic()
         process.start()
         child.close()
@@ -364,7 +315,10 @@ class CoreProcess:
         self._process.join(5)
         with self._lock:  # (not while a submit writes to it)
             self._connection.close()
-        logger.error("the engine process exited (code %s); restarting it", self._process.exitcode)
+        if isinstance(self._process, _JoinedCore):
+            logger.error("the engine process %d went away; joining its successor", self._process.pid)
+        else:
+            logger.error("the engine process exited (code %s); restarting it", self._process.exitcode)
         self._earlier = self._counters.totals()
         with self._lock:
             lost, self._open, self._told = self._open, {}, set()
@@ -397,12 +351,16 @@ class CoreProcess:
 
     def shutdown(self) -> None:
         self._stopping.set()
-        with self._lock, contextlib.suppress(OSError, ValueError):
-            self._connection.send(None)
+        if self.reports_engine:  # this stub runs the core: it stops it
+            with self._lock, contextlib.suppress(OSError, ValueError):
+                self._connection.send(None)
         self._process.join(STOP_TIMEOUT_S)
         if self._process.is_alive():
             self._process.kill()
         self._connection.close()
+        if self._lead is not None:  # another instance may lead now
+            os.close(self._lead)
+            self._lead = None
         if self._pump is not None:
             self._pump.close()
 

@@ -17,13 +17,15 @@ def uses_core_process(settings: EngineSettings) -> bool:
     return settings.core_process == "on"
 
 
-def start_service(settings: EngineSettings) -> Service:
-    """The service for ``settings.engine``: in this process, or in an engine process of its own."""
+def start_service(settings: EngineSettings, *, shared_as: str | None = None) -> Service:
+    """The service for ``settings.engine``: in this process, or in an engine process of its own,
+    which the instances given the same ``shared_as`` share."""
     if uses_core_process(settings):
-        from backend.core_process import CoreProcess
+        from backend.core_process import CoreProcess, CoreRendezvous
         from backend.response_pump import pump_for
 
-        return CoreProcess(settings, pump_for(settings))
+        rendezvous = CoreRendezvous.named(shared_as) if shared_as is not None else None
+        return CoreProcess(settings, pump_for(settings), rendezvous=rendezvous)
     from backend.assembly import start_in_process  # the engine's side: torch, the tokenizer
 
     return start_in_process(settings)

@@ -165,6 +165,10 @@ class GenerationService:
     def step_counters(self) -> StepCounters:
         return self._scheduler.counters
 
+    @property
+    def reports_engine(self) -> bool:
+        return True
+
     def load(self) -> tuple[int, int]:
         """(running, waiting) request counts."""
         return self._scheduler.load()

@@ -36,6 +36,7 @@ class SyntheticService:
         self._max_queue_size = settings.max_queue_size
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self.step_counters = StepCounters()  # no steps: the metrics stay at zero
+        self.reports_engine = True
         self._thread = threading.Thread(target=self._run, name="llgtriton-synthetic", daemon=True)
         self._thread.start()
         logger.info("ready: synthetic engine (no model), %r per token", WORD)

@@ -86,9 +86,11 @@ class MetricsPublisher:
         counters: StepCounters,
         load: Callable[[], tuple[int, int]],
         interval_s: float = PUBLISH_INTERVAL_S,
+        active: Callable[[], bool] = lambda: True,
     ) -> None:
         self._counters = counters
         self._load = load
+        self._active = active
         self._interval_s = interval_s
         self._published = StepTotals()
         self._steps = factory.counter("llgtriton_backend_steps_total", "Steps of the batch loop")
@@ -116,6 +118,9 @@ class MetricsPublisher:
 
     def publish(self) -> None:
         now, last = self._counters.totals(), self._published
+        if not self._active():  # another instance publishes this engine's figures
+            self._published = now
+            return
         steps, rows = now.steps - last.steps, now.rows - last.rows
         constrained = now.constrained_rows - last.constrained_rows
         if steps:

@@ -427,6 +427,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--core-process", choices=["auto", "on", "off"], default="auto", help="Triton's engine in a process of its own"
     )
     parser.add_argument("--proxy-workers", type=int, default=1, help="the proxy's processes")
+    parser.add_argument(
+        "--triton-instances", type=int, default=1, help="python backend stubs (sharing one engine process)"
+    )
     parser.add_argument("--write-perf-analyzer-data", type=Path, metavar="DIR", help="write the input files, exit")
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="layers_cpu", help="the report is <out>/<name>.json")
@@ -468,12 +471,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "max_model_len": arguments.max_model_len,
                 "core_process": arguments.core_process,
                 "proxy_workers": arguments.proxy_workers,
+                "triton_instances": arguments.triton_instances,
                 "date": time.strftime("%Y-%m-%d"),
                 "results": results,
             },
         )
 
-    flags = [*engine_flags(settings), f"--proxy-workers={arguments.proxy_workers}"]
+    flags = [
+        *engine_flags(settings),
+        f"--proxy-workers={arguments.proxy_workers}",
+        f"--triton-instances={arguments.triton_instances}",
+    ]
     with running_server(arguments.out, "layers", *flags) as server:
         report(asyncio.run(run(arguments, settings, server, report)))
 

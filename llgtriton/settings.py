@@ -159,9 +159,10 @@ class TritonSettings(_Section):
     instances: int = Field(
         1,
         ge=1,
-        description="Model instances (python backend stubs), each with its own engine and its own copy of "
-        "the model. Above 1 for engines that leave cores idle, such as the synthetic one in "
-        "bench/proxy_overhead.py; on a GPU every instance needs memory for its own weights and KV cache.",
+        description="Model instances (python backend stubs). With the engine in a process of its own "
+        "(--engine-core-process, on by default with CUDA) the instances share that one engine and each sends "
+        "its own requests' responses: more responses a second, one model in memory. Otherwise each instance "
+        "runs an engine and a copy of the model of its own.",
     )
 
 

@@ -9,10 +9,12 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from backend.core_process import CoreProcess, run_core
+from backend.core_process import CoreProcess, CoreRendezvous
+from backend.core_server import run_core
 from backend.errors import InvalidRequest, Unavailable
 from backend.response_pump import ResponsePump
 from llgtriton.settings import EngineSettings
@@ -149,3 +151,73 @@ def test_the_core_exits_when_the_stub_goes_away() -> None:
     parent.close()  # as when the stub dies: its end of the pipe closes
     core.join(30)
     assert not core.is_alive()
+
+
+def _served(core: CoreProcess, name: str, tokens: int = 5) -> RecordingSink:
+    sink = RecordingSink()
+    core.submit(GenerationRequest(prompt="a b", max_tokens=tokens, stream=True), name, sink)
+    sink.wait(30)
+    return sink
+
+
+def _core_serves(core: CoreProcess, name: str) -> bool:
+    """Whether ``core`` serves a request, waiting out a restart (refused with 503 meanwhile)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            sink = _served(core, name)
+        except Unavailable:
+            time.sleep(0.1)
+            continue
+        if sink.error is None:
+            return sink.text == " token" * 5
+        time.sleep(0.1)
+    return False
+
+
+def test_instances_given_one_rendezvous_share_one_engine_process(tmp_path: Path) -> None:
+    rendezvous = CoreRendezvous(socket=tmp_path / "core.sock", lock=tmp_path / "core.lock")
+    leader = CoreProcess(SYNTHETIC, ResponsePump(), rendezvous=rendezvous)
+    joined = CoreProcess(SYNTHETIC, ResponsePump(), rendezvous=rendezvous)
+    try:
+        assert joined.pid == leader.pid
+        assert leader.reports_engine and not joined.reports_engine
+        sinks = {index: RecordingSink() for index in range(6)}  # interleaved over both instances
+        for index, sink in sinks.items():
+            (leader if index % 2 else joined).submit(GenerationRequest(prompt="a", max_tokens=20), f"r{index}", sink)
+        for sink in sinks.values():
+            sink.wait(30)
+            assert sink.error is None and sink.text == " token" * 20
+        joined.health()
+        cancelled = RecordingSink(cancel_after=3)
+        joined.submit(ENDLESS, "endless", cancelled)
+        cancelled.wait(30)
+        assert cancelled.error is None and cancelled.outputs[-1].completion_tokens < 10**8
+        joined.shutdown()  # an instance that goes away leaves the engine to the others
+        assert _served(leader, "after").text == " token" * 5
+    finally:
+        joined.shutdown()
+        leader.shutdown()
+
+
+def test_a_shared_engine_that_dies_is_replaced_for_every_instance_and_outlives_its_leader(tmp_path: Path) -> None:
+    rendezvous = CoreRendezvous(socket=tmp_path / "core.sock", lock=tmp_path / "core.lock")
+    leader = CoreProcess(SYNTHETIC, ResponsePump(), rendezvous=rendezvous)
+    joined = CoreProcess(SYNTHETIC, ResponsePump(), rendezvous=rendezvous)
+    try:
+        first = leader.pid
+        assert first is not None
+        doomed = RecordingSink()
+        joined.submit(ENDLESS, "doomed", doomed)
+        os.kill(first, signal.SIGKILL)
+        doomed.wait(30)
+        assert isinstance(doomed.error, Unavailable)
+        assert _core_serves(joined, "joined-after") and _core_serves(leader, "leader-after")
+        assert joined.pid == leader.pid != first
+        second = leader.pid
+        leader.shutdown()  # its engine process stops with it; the joined instance starts the next one
+        assert _core_serves(joined, "alone")
+        assert joined.reports_engine and joined.pid not in (first, second)
+    finally:
+        leader.shutdown()
+        joined.shutdown()

@@ -96,9 +96,15 @@ class TritonPythonModel:
         if not pb_utils.using_decoupled_model_transaction_policy(config):
             raise pb_utils.TritonModelException("the llm model must be decoupled (streaming responses)")
         parameters = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
-        self._service = start_service(engine_settings_from(parameters, os.environ))
+        # The instances of this model in this server (the stubs are tritonserver's children) share
+        # one engine process when the engine runs in one.
+        shared_as = f"{os.getppid()}/{args['model_repository']}/{args['model_version']}"
+        service = start_service(engine_settings_from(parameters, os.environ), shared_as=shared_as)
+        self._service = service
         self._metric_factory = TritonMetricFactory(args["model_name"])
-        self._metrics = MetricsPublisher(self._metric_factory, self._service.step_counters, self._service.load)
+        self._metrics = MetricsPublisher(
+            self._metric_factory, service.step_counters, service.load, active=lambda: service.reports_engine
+        )
         self._metrics.start()
         self._counter = 0
 

@@ -1,0 +1,268 @@
+"""The engine core's side: the messages between a stub and its core, and the core's main.
+
+A core serves the stub that started it over a pipe and, when it is shared by several model
+instances (``listen_at``), each further stub over a Unix socket of its own. Every stub's
+connection has its own reply thread, request keys and cancellations; the engine and its step loop
+are one. The core lives as long as the stub that started it: when that pipe closes, it stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, Listener
+from pathlib import Path
+
+from backend.contract import Service
+from backend.errors import error_kind
+from backend.telemetry import StepTotals
+from llgtriton.settings import EngineSettings
+from llgtriton.wire import ErrorKind, GenerationOutput, GenerationRequest
+
+logger = logging.getLogger(__name__)
+
+STATUS_INTERVAL_S = 0.5
+STOP_TIMEOUT_S = 30.0
+
+# Messages -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submit:
+    key: int
+    request_id: str
+    request: GenerationRequest
+
+
+@dataclass(frozen=True)
+class Cancel:
+    key: int
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An output for request ``key`` (``final``: its last), or its failure as (kind, message)."""
+
+    key: int
+    output: GenerationOutput | None = None
+    final: bool = False
+    error: tuple[ErrorKind, str] | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    running: int
+    waiting: int
+    totals: StepTotals
+
+
+@dataclass(frozen=True)
+class Ready:
+    pid: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The core could not start."""
+
+    message: str
+
+
+# The core (child process) -------------------------------------------------------------------
+
+
+class _Outgoing:
+    """Replies queued by the step loop's sinks, sent up in batches by a thread of their own."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._changed = threading.Condition()
+        self._replies: list[Reply | Status] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="llgtriton-core-replies", daemon=True)
+        self._thread.start()
+
+    def put(self, item: Reply | Status) -> None:
+        with self._changed:
+            self._replies.append(item)
+            self._changed.notify()
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        self._thread.join(STOP_TIMEOUT_S)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._replies and not self._closed:
+                    self._changed.wait()
+                batch, self._replies = self._replies, []
+                closed = self._closed
+            if batch:
+                try:
+                    self._connection.send(batch)
+                except OSError:  # the stub is gone; its connection's reader sees it too
+                    return
+            if closed:
+                return
+
+
+class _CoreSink:
+    """A request's sink inside the core: its replies are queued for its stub; cancellation is a flag."""
+
+    def __init__(self, key: int, stub: _StubConnection) -> None:
+        self._key = key
+        self._stub = stub
+
+    def send(self, output: GenerationOutput, *, final: bool) -> None:
+        self._stub.outgoing.put(Reply(self._key, output, final))
+        if final:
+            self._stub.cancelled.discard(self._key)
+
+    def fail(self, error: Exception) -> None:
+        self._stub.outgoing.put(Reply(self._key, final=True, error=(error_kind(error), str(error))))
+        self._stub.cancelled.discard(self._key)
+
+    def is_cancelled(self) -> bool:
+        return self._stub.gone or self._key in self._stub.cancelled
+
+
+class _StubConnection:
+    """One stub's connection to the core: its requests in, its replies out."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.outgoing = _Outgoing(connection)
+        self.cancelled: set[int] = set()
+        self.gone = False  # its requests still in the engine are cancelled
+
+    def serve(self, service: Service) -> bool:
+        """Take this stub's messages until it goes away (False) or asks the core to stop (True)."""
+        while True:
+            try:
+                message = self.connection.recv()
+            except (EOFError, OSError):
+                self.gone = True
+                return False
+            if isinstance(message, Submit):
+                sink = _CoreSink(message.key, self)
+                try:
+                    service.submit(message.request, message.request_id, sink)
+                except Exception as exc:
+                    sink.fail(exc)
+            elif isinstance(message, Cancel):
+                self.cancelled.add(message.key)
+            else:
+                self.gone = True
+                return True
+
+    def close(self) -> None:
+        self.outgoing.close()
+        self.connection.close()
+
+
+class _Stubs:
+    """Every stub connected to the core, for the status reports."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._connected: list[_StubConnection] = []
+
+    def add(self, stub: _StubConnection) -> None:
+        with self._lock:
+            self._connected.append(stub)
+
+    def remove(self, stub: _StubConnection) -> None:
+        with self._lock:
+            self._connected.remove(stub)
+
+    def report(self, status: Status) -> None:
+        with self._lock:
+            connected = list(self._connected)
+        for stub in connected:
+            stub.outgoing.put(status)
+
+
+def run_core(settings: EngineSettings, connection: Connection, listen_at: str | None = None) -> None:
+    """The core's main: start the engine, serve the stub's messages until it stops or goes away;
+    with ``listen_at``, also serve the stubs that connect to that Unix socket."""
+    from backend.assembly import start_in_process  # the child imports the engine, not the stub
+    from llgtriton.logs import configure_logging
+
+    configure_logging(os.environ.get("LLGTRITON_LOG_LEVEL", "info"))
+    # The core lives as long as its stub: a signal to Triton's process group is the stub's to handle
+    # (it stops the core); a stub that dies closes the pipe, which ends the core.
+    if threading.current_thread() is threading.main_thread():  # (the tests run it on a thread)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        # Responses cost nothing here (a list append); the stub's own pump merges them.
+        service = start_in_process(settings.model_copy(update={"coalesce_responses": False}))
+        listener = _listen(listen_at) if listen_at is not None else None
+    except Exception as exc:
+        logger.exception("the engine could not start")
+        connection.send(Failed(f"{type(exc).__name__}: {exc}"))
+        return
+    stubs = _Stubs()
+    starter = _StubConnection(connection)
+    stubs.add(starter)
+    stop = threading.Event()
+    status = threading.Thread(target=_report, args=(service, stubs, stop), name="llgtriton-core-status", daemon=True)
+    status.start()
+    if listener is not None:
+        accept = threading.Thread(target=_accept, args=(listener, service, stubs), name="llgtriton-core-accept")
+        accept.daemon = True
+        accept.start()
+    connection.send(Ready(os.getpid()))
+    try:
+        starter.serve(service)
+    finally:
+        stop.set()
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.close()
+        service.shutdown()
+        starter.close()
+
+
+def _listen(address: str) -> Listener:
+    with contextlib.suppress(FileNotFoundError):  # a core that died left it; the stub holding the lock decides
+        Path(address).unlink()
+    return Listener(address, family="AF_UNIX")
+
+
+def _accept(listener: Listener, service: Service, stubs: _Stubs) -> None:
+    while True:
+        try:
+            connection = listener.accept()
+        except OSError:  # closed: the core stops
+            return
+        threading.Thread(target=_serve_joined, args=(connection, service, stubs), daemon=True).start()
+
+
+def _serve_joined(connection: Connection, service: Service, stubs: _Stubs) -> None:
+    """A stub that joined the core: served until it goes away; its going does not stop the core."""
+    stub = _StubConnection(connection)
+    try:
+        connection.send(Ready(os.getpid()))
+    except OSError:
+        return
+    stubs.add(stub)
+    logger.info("a model instance joined the engine process")
+    try:
+        stub.serve(service)
+    finally:
+        stubs.remove(stub)
+        stub.close()
+
+
+def _report(service: Service, stubs: _Stubs, stop: threading.Event) -> None:
+    while not stop.wait(STATUS_INTERVAL_S):
+        running, waiting = service.load()
+        stubs.report(Status(running, waiting, service.step_counters.totals()))
