@@ -3,7 +3,7 @@
 Each round sends 200 chat requests (half of them streaming, 400 tokens each) whose clients give up
 after 0.5 s, then one new request (5 tokens), and records how long that one took and the CPU
 seconds the server's processes (proxy, tritonserver, the python stub) spent in the round. The
-scenario is ``tests/e2e/test_reliability.py``'s (it calls ``abandon_requests``), whose new request
+scenario is ``tests/e2e/test_reliability.py``'s (both call ``tests/support/abandon.py``), whose new request
 must finish within 5 s; the test also forbids the end tokens, which this benchmark leaves allowed (no
 story ends within 0.5 s: every round counts 200 abandoned).
 
@@ -35,10 +35,9 @@ import openai
 from bench.layers import quiet_logging, running_server
 from bench.reports import write_report
 from bench.soak import tree_proc_files
+from tests.support.abandon import abandon_requests
 
 logger = logging.getLogger("bench.abandon")
-ABANDONED = 200
-GIVE_UP_S = 0.5
 
 
 def _cpu_seconds(root: int) -> float:
@@ -60,38 +59,6 @@ def busy_processes(count: int) -> Iterator[None]:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
-
-
-async def _abandon(client: openai.AsyncOpenAI, model: str, index: int, bias: dict[str, int] | openai.Omit) -> bool:
-    """A request whose client gives up GIVE_UP_S after sending it, whatever has arrived by then;
-    True when it was abandoned.
-
-    The client's own timeout would not do: httpx applies it to each read, so a stream that keeps
-    receiving chunks never times out, and finishes once the other clients have left.
-    """
-    messages: Any = [{"role": "user", "content": f"Tell me a very long story, number {index}."}]
-    try:
-        async with asyncio.timeout(GIVE_UP_S):
-            if index % 2:
-                async for _ in await client.chat.completions.create(
-                    model=model, messages=messages, max_tokens=400, stream=True, logit_bias=bias
-                ):
-                    pass
-            else:
-                await client.chat.completions.create(model=model, messages=messages, max_tokens=400, logit_bias=bias)
-    except TimeoutError:
-        return True
-    return False
-
-
-async def abandon_requests(base_url: str, model: str, logit_bias: dict[str, int] | None = None) -> int:
-    """ABANDONED chat requests (every other one streaming, 400 tokens each) whose clients all give up
-    after GIVE_UP_S; returns how many were abandoned (a request may finish first). ``logit_bias``
-    can forbid the end tokens, so that no story ends early (the test does)."""
-    bias = logit_bias or openai.omit
-    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=30) as client:
-        outcomes = await asyncio.gather(*(_abandon(client, model, index, bias) for index in range(ABANDONED)))
-    return sum(outcomes)
 
 
 def rounds(proxy_port: int, server_pid: int, count: int) -> list[dict[str, float]]:

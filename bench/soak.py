@@ -34,10 +34,10 @@ import jsonschema
 import numpy as np
 import openai
 
-from bench.hostile import PROXY_ATTACKS
 from bench.jsonschemabench import SCHEMA
 from bench.layers import quiet_logging, running_server
 from bench.reports import write_report
+from tests.support.attacks import PROXY_ATTACKS
 
 logger = logging.getLogger("bench.soak")
 HANG_TIMEOUT_S = 300.0  # a request still open after this long counts as hung (an error)

@@ -12,7 +12,7 @@ import json
 import httpx
 import pytest
 
-from bench.hostile import (
+from tests.support.attacks import (
     MODEL,
     NORMAL,
     PROXY_ATTACKS,

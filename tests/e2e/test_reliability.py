@@ -16,7 +16,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.abandon import ABANDONED, abandon_requests
+from tests.support.abandon import ABANDONED, abandon_requests
 from tests.support.harness import RunningServer
 
 pytestmark = pytest.mark.e2e

@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.hostile import NORMAL, TritonAttack, triton_attack
 from launcher.triton_server import live_children
 from llgtriton.wire import ADMIN_KEY_HEADER, INFERENCE_KEY_HEADER
+from tests.support.attacks import NORMAL, TritonAttack, triton_attack
 from tests.support.harness import RunningServer, start_server, stop_server
 
 pytestmark = pytest.mark.e2e
