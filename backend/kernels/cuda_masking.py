@@ -1,25 +1,13 @@
 """The GPU path of the logits post-processor: the bitmask kernel in ``mask_logits.cu``.
 
-PyCUDA compiles the kernel (once per process and GPU architecture; it caches the cubin on disk)
-and is imported lazily: it has no wheel and needs the CUDA toolkit, and CPU deployments never
-touch it. Launching goes through the CUDA driver API (ctypes), because PyCUDA can launch only
-on its own stream objects while the engine hands us a raw ``stream_ptr``:
-
-- the module is loaded and its functions looked up once; the launch parameters live in ctypes
-  holders prepared once, so a launch packs nothing in Python (a "prepared call");
-- a step's row pointers and masks share one pinned host buffer (llguidance fills the masks in
-  place; the pointers sit right before them) and go to the device in one asynchronous copy;
-- the copy and the kernel are queued on the engine's own stream, so they are ordered after the
-  forward pass that wrote the logits and before the sampler that reads them, without a sync;
-- an event after the copy tells the next step when the pinned buffer may be rewritten;
-- the copy, the event and the launch of a step shape (kernel, rows, row addressing, launch plan)
-  seen before are replayed as one captured CUDA graph: one driver call per step instead of three;
-- a launch's kernel, grid and plan come from :mod:`backend.kernels.launch_policy` as a
-  :class:`~backend.kernels.launch_policy.Launch` record, the plan from a sample of the step's
-  masks read on the host (:mod:`backend.kernels.mask_probe`); the driver calls are
-  :mod:`backend.kernels.driver`'s;
-- the device's primary context (the one torch and TensorRT-LLM use) is made current on the
-  calling thread when it is not already.
+PyCUDA compiles the kernel (once per process and GPU architecture; the cubin is cached on disk)
+and is imported lazily: CPU deployments never touch it. Launches go through the CUDA driver API
+(ctypes), as PyCUDA launches only on its own streams and the engine hands us a raw ``stream_ptr``.
+A step's row pointers and masks share one pinned buffer (llguidance fills the masks in place), go
+to the device in one asynchronous copy on the engine's stream, and a step shape seen before is
+replayed as one captured CUDA graph; ``docs/kernel.md`` says why each part is so. The launch comes
+from :mod:`backend.kernels.launch_policy`, its plan from a sample of the masks
+(:mod:`backend.kernels.mask_probe`).
 """
 
 from __future__ import annotations
