@@ -28,7 +28,7 @@ from llgtriton.logs import configure_logging
 from llgtriton.settings import Settings, SettingsError, add_settings_arguments, load_settings, to_toml
 from proxy.api_keys import accepted_keys
 from proxy.errors import StoreUnavailableError
-from proxy.responses.store import SQLiteResponseStore
+from proxy.responses.store_location import check_response_store
 
 logger = logging.getLogger("llgtriton")
 
@@ -212,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level)
     if arguments.command in {"serve", "proxy"}:
         try:
-            SQLiteResponseStore.check(settings.proxy.responses_store)  # before the model loads
+            check_response_store(settings.proxy.responses_store)  # before the model loads
         except StoreUnavailableError as exc:
             sys.stderr.write(f"llgtriton: {exc.message}\n")
             return 2

@@ -87,26 +87,29 @@ class ProxySettings(_Section):
     api_key_file: Path | None = Field(
         None, description="File of accepted API keys, one per line (several at once: rotate without downtime)."
     )
-    responses_store: Path = Field(
+    responses_store: Path | str = Field(
         Path(os.path.expanduser("~/.cache/llgtriton/responses.sqlite3")),
-        description="SQLite file of the stored Responses API responses (store, previous_response_id, background), "
-        "a path or sqlite:///path; the proxy's workers on one host share it, and it survives restarts.",
+        description="Where the stored Responses API responses live (store, previous_response_id, background): a "
+        "SQLite file (a path or sqlite:///path), which the proxy's workers on one host share, or a PostgreSQL "
+        "database (postgresql://user@host:port/db), which proxies on several hosts share. Give its password "
+        "through PGPASSWORD or ~/.pgpass rather than the URL. Either survives restarts.",
     )
 
     @field_validator("responses_store", mode="before")
     @classmethod
     def _store_location(cls, location: object) -> object:
-        """A path, or ``sqlite:///path``; any other URL is refused here rather than read as a folder name."""
-        if not isinstance(location, str) or "://" not in location:
+        """A path, ``sqlite:///path`` or a ``postgresql://`` URL; any other URL is refused here rather than
+        read as a folder name."""
+        if isinstance(location, Path) or not isinstance(location, str):
             return location
+        if "://" not in location:
+            return Path(location)
         scheme, _, rest = location.partition("://")
         if scheme == "sqlite" and rest.startswith("/"):
             return Path(rest)
         if scheme in ("postgresql", "postgres"):
-            raise ValueError(
-                "a PostgreSQL store is not available in this version: give a SQLite file (path or sqlite:///path)"
-            )
-        raise ValueError(f"give a SQLite file, as a path or sqlite:///path, not a {scheme}:// URL")
+            return f"postgresql://{rest}"
+        raise ValueError(f"give a SQLite file (a path or sqlite:///path) or a postgresql:// URL, not a {scheme}:// URL")
 
     responses_ttl_s: float = Field(
         30 * 24 * 3600.0, gt=0, description="How long a stored response is kept after it is created, seconds."

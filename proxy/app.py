@@ -44,7 +44,8 @@ from proxy.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, 
 from proxy.replicas import ReplicaPool
 from proxy.responses.protocol import ResponsesRequest
 from proxy.responses.service import Responses
-from proxy.responses.store import SQLiteResponseStore, owner_of
+from proxy.responses.store import owner_of
+from proxy.responses.store_location import open_response_store
 from proxy.serving import Generations
 from proxy.sse import EventStreamResponse
 from proxy.triton_client import GenerationClient, TritonGenerationClient
@@ -252,7 +253,7 @@ def create_app(
     keys = accepted_keys(settings)
     responses = Responses(
         generations,
-        lambda: SQLiteResponseStore(
+        lambda: open_response_store(
             store, ttl_s=settings.responses_ttl_s, max_bytes=settings.responses_max_bytes, owners=len(keys) or 1
         ),
     )

@@ -13,6 +13,7 @@ import pytest
 
 from llgtriton.settings import EngineSettings
 from tests.support.harness import RunningServer, start_server, stop_server
+from tests.support.postgres import PostgresServer, postgres_server
 
 # The client suite runs in its own venv, from tests/e2e/test_clients.py: not collected here.
 collect_ignore = ["clients"]
@@ -36,3 +37,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(tmp_path_factory.mktemp("server") / "serve.log")
     yield running
     stop_server(running)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL cluster (tests/support/postgres.py); ``new_database()`` gives each test its own."""
+    with postgres_server() as running:
+        yield running

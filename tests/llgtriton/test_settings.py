@@ -248,13 +248,11 @@ def test_invalid_value_raises_settings_error_naming_the_field(
 @pytest.mark.parametrize(
     ("location", "refusal"),
     [
-        ("postgresql://postgres@127.0.0.1:55432/llgt", "PostgreSQL store is not available"),
-        ("postgres://db/llgt", "PostgreSQL store is not available"),
         ("mysql://db/llgt", "not a mysql:// URL"),
         ("sqlite://relative.db", "not a sqlite:// URL"),
     ],
 )
-def test_a_store_url_that_is_not_a_sqlite_file_is_refused_not_made_a_folder(
+def test_a_store_url_that_is_neither_sqlite_nor_postgresql_is_refused_not_made_a_folder(
     location: str, refusal: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -268,6 +266,14 @@ def test_a_store_is_a_path_or_a_sqlite_url() -> None:
         "/var/lib/llgt/r.db"
     )
     assert _load(["--proxy-responses-store", "state/r.db"], {}).proxy.responses_store == Path("state/r.db")
+
+
+def test_a_store_may_be_a_postgresql_url_and_postgres_is_its_other_spelling() -> None:
+    url = "postgresql://llgt@db.internal:5432/llgt"
+    assert _load(["--proxy-responses-store", url], {}).proxy.responses_store == url
+    assert _load([], {"LLGTRITON_PROXY_RESPONSES_STORE": "postgres://db/llgt"}).proxy.responses_store == (
+        "postgresql://db/llgt"
+    )
 
 
 def test_unknown_key_in_config_file_is_refused(tmp_path: Path) -> None:

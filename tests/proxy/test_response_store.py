@@ -1,4 +1,5 @@
-"""The Responses API's store: stored responses in one SQLite file, shared by the proxy's processes on one host."""
+"""The Responses API's store: one contract, run against a SQLite file (the proxy's processes on one host share
+it) and a real PostgreSQL database (proxies on several hosts share it), then each store's own faults."""
 
 from __future__ import annotations
 
@@ -8,14 +9,20 @@ import hashlib
 import json
 import re
 import sqlite3
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from proxy.errors import StoreUnavailableError
+from proxy.responses.postgres_store import PostgresResponseStore
 from proxy.responses.store import ResponseStore, SQLiteResponseStore, StoredResponse, owner_of
+from proxy.responses.store_location import open_response_store
+from tests.support.harness import free_port
+from tests.support.postgres import PostgresServer, postgres_server
 
 ALICE = owner_of("alice-key")
 BOB = owner_of("bob-key")
@@ -46,8 +53,10 @@ def record(
     )
 
 
-def open_store(path: Path, *, ttl_s: float = 3600.0, max_bytes: int = 1_000_000, owners: int = 1) -> ResponseStore:
-    return SQLiteResponseStore(path, ttl_s=ttl_s, max_bytes=max_bytes, owners=owners)
+def open_store(
+    location: Path | str, *, ttl_s: float = 3600.0, max_bytes: int = 1_000_000, owners: int = 1
+) -> ResponseStore:
+    return open_response_store(location, ttl_s=ttl_s, max_bytes=max_bytes, owners=owners)
 
 
 @pytest.fixture
@@ -55,9 +64,18 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "state" / "nested" / "responses.db"  # parent folders that don't exist yet
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request: pytest.FixtureRequest, db_path: Path) -> Path | str:
+    """Where a store lives: a SQLite file, or an empty database of its own on the tests' PostgreSQL."""
+    if request.param == "sqlite":
+        return db_path
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.new_database()
+
+
 @pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[ResponseStore]:
-    store = open_store(db_path)
+async def store(location: Path | str) -> AsyncIterator[ResponseStore]:
+    store = open_store(location)
     yield store
     await store.close()
 
@@ -101,8 +119,8 @@ async def test_delete(store: ResponseStore) -> None:
     assert await store.get("resp_2", ALICE) == record("resp_2")
 
 
-async def test_records_expire_after_the_ttl(db_path: Path) -> None:
-    store = open_store(db_path, ttl_s=0.3)  # long enough for a loaded machine to read it back in time
+async def test_records_expire_after_the_ttl(location: Path | str) -> None:
+    store = open_store(location, ttl_s=0.3)  # long enough for a loaded machine to read it back in time
     try:
         await store.put(record("resp_1", status="in_progress"))
         assert await store.get("resp_1", ALICE) is not None
@@ -122,11 +140,11 @@ def size_of(stored: StoredResponse) -> int:
     return sum(len(json.dumps(part, separators=(",", ":"))) for part in (stored.response, stored.input_items))
 
 
-async def test_the_oldest_records_are_evicted_to_stay_within_max_bytes(db_path: Path) -> None:
+async def test_the_oldest_records_are_evicted_to_stay_within_max_bytes(location: Path | str) -> None:
     a = record("resp_a", created_at=100, text="a" * 300)
     b = record("resp_b", created_at=200, text="b" * 300)
     c = record("resp_c", created_at=300, text="c" * 300)
-    store = open_store(db_path, max_bytes=2 * size_of(a) + 10)  # room for two
+    store = open_store(location, max_bytes=2 * size_of(a) + 10)  # room for two
     try:
         # Put out of order: the oldest by created_at goes first, not the first put.
         await store.put(b)
@@ -149,10 +167,10 @@ async def test_the_oldest_records_are_evicted_to_stay_within_max_bytes(db_path: 
         await store.close()
 
 
-async def test_replacing_a_record_does_not_evict_others_for_its_own_old_bytes(db_path: Path) -> None:
+async def test_replacing_a_record_does_not_evict_others_for_its_own_old_bytes(location: Path | str) -> None:
     a = record("resp_a", created_at=100, text="a" * 300)
     b = record("resp_b", created_at=200, status="in_progress", text="b" * 300)
-    store = open_store(db_path, max_bytes=2 * size_of(a) + 10)
+    store = open_store(location, max_bytes=2 * size_of(a) + 10)
     try:
         await store.put(a)
         await store.put(b)
@@ -162,10 +180,10 @@ async def test_replacing_a_record_does_not_evict_others_for_its_own_old_bytes(db
         await store.close()
 
 
-async def test_a_record_larger_than_max_bytes_is_refused(db_path: Path) -> None:
+async def test_a_record_larger_than_max_bytes_is_refused(location: Path | str) -> None:
     small = record("resp_small")
     big = record("resp_big", text="x" * 2000)
-    store = open_store(db_path, max_bytes=1000)
+    store = open_store(location, max_bytes=1000)
     try:
         await store.put(small)
         with pytest.raises(ValueError, match=rf"{size_of(big)} bytes, more than a key's 1000"):
@@ -176,10 +194,10 @@ async def test_a_record_larger_than_max_bytes_is_refused(db_path: Path) -> None:
         await store.close()
 
 
-async def test_a_key_that_fills_its_share_evicts_only_its_own_responses(db_path: Path) -> None:
+async def test_a_key_that_fills_its_share_evicts_only_its_own_responses(location: Path | str) -> None:
     mine = [record(f"resp_{i}", created_at=100 + i, text="a" * 300) for i in range(6)]
     theirs = record("resp_bob", created_at=1, text="b" * 300, owner=BOB)
-    store = open_store(db_path, max_bytes=4 * size_of(mine[0]) + 10, owners=2)  # a share holds two
+    store = open_store(location, max_bytes=4 * size_of(mine[0]) + 10, owners=2)  # a share holds two
     try:
         await store.put(theirs)
         for stored in mine:
@@ -236,20 +254,21 @@ async def test_cancel_a_finished_record_leaves_it_unchanged(store: ResponseStore
     assert await store.get("resp_1", ALICE) == done
 
 
-async def test_records_survive_a_restart(db_path: Path) -> None:
-    first = open_store(db_path)
+async def test_records_survive_a_restart(location: Path | str) -> None:
+    first = open_store(location)
     await first.put(record("resp_1"))
     await first.close()
-    second = open_store(db_path)
+    second = open_store(location)
     try:
         assert await second.get("resp_1", ALICE) == record("resp_1")
     finally:
         await second.close()
 
 
-async def test_two_stores_on_one_file_see_each_others_writes(db_path: Path) -> None:
-    """Like two proxy worker processes: one runs a background response, the other cancels it."""
-    worker_a, worker_b = open_store(db_path), open_store(db_path)
+async def test_two_stores_on_one_location_see_each_others_writes(location: Path | str) -> None:
+    """Like two proxy processes (on one host, or two on PostgreSQL): one runs a background response, the
+    other cancels it."""
+    worker_a, worker_b = open_store(location), open_store(location)
     try:
         await worker_a.put(record("resp_1", status="queued"))
         assert await worker_b.get("resp_1", ALICE) == record("resp_1", status="queued")
@@ -258,7 +277,7 @@ async def test_two_stores_on_one_file_see_each_others_writes(db_path: Path) -> N
         assert await worker_a.finish(record("resp_1", status="completed")) is False
         assert await worker_a.get("resp_1", ALICE) == cancelled
 
-        # Writes from both at once wait for each other (the busy timeout) instead of failing.
+        # Writes from both at once wait for each other (a lock) instead of failing.
         await asyncio.gather(
             *(worker.put(record(f"resp_{i}_{n}")) for n, worker in enumerate((worker_a, worker_b)) for i in range(20))
         )
@@ -270,8 +289,10 @@ async def test_two_stores_on_one_file_see_each_others_writes(db_path: Path) -> N
         await worker_b.close()
 
 
-async def test_the_file_is_in_wal_mode_with_a_schema_version(store: ResponseStore, db_path: Path) -> None:
+async def test_the_file_is_in_wal_mode_with_a_schema_version(db_path: Path) -> None:
+    store = open_store(db_path)
     await store.put(record())
+    await store.close()
     with contextlib.closing(sqlite3.connect(db_path)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA user_version").fetchone()[0] >= 1
@@ -294,3 +315,63 @@ async def test_a_store_whose_file_goes_bad_is_unavailable_naming_it_not_an_inter
     with pytest.raises(StoreUnavailableError, match=re.escape(str(db_path))):
         bad = open_store(db_path)
         await bad.get("resp_1", ALICE)
+
+
+# PostgreSQL's own faults, on a server of their own (they stop it).
+
+
+@pytest.fixture(scope="module")
+def stoppable() -> Iterator[PostgresServer]:
+    with postgres_server() as server:
+        yield server
+
+
+def test_a_database_that_cannot_be_reached_stops_the_start_naming_it_without_its_password() -> None:
+    url = f"postgresql://llgt:secret@127.0.0.1:{free_port()}/llgt"
+    with pytest.raises(
+        StoreUnavailableError, match=r"postgresql://llgt@127\.0\.0\.1:\d+/llgt cannot be opened"
+    ) as caught:
+        PostgresResponseStore.check(url)
+    assert "secret" not in str(caught.value)
+
+
+async def test_a_database_that_stops_is_unavailable_naming_it_and_serves_again_when_back(
+    stoppable: PostgresServer,
+) -> None:
+    url = stoppable.new_database()
+    store = open_store(url)
+    try:
+        await store.put(record())
+        stoppable.stop()
+        try:
+            for attempt in (store.get("resp_1", ALICE), store.put(record("resp_2"))):
+                with pytest.raises(StoreUnavailableError, match=re.escape(url)):
+                    await attempt
+        finally:
+            stoppable.start()
+        deadline = time.monotonic() + 30
+        while True:  # the pool replaces its broken connections
+            try:
+                assert await store.get("resp_1", ALICE) == record()
+                break
+            except StoreUnavailableError:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+    finally:
+        await store.close()
+
+
+async def test_a_read_only_database_refuses_writes_with_a_503_and_still_reads(stoppable: PostgresServer) -> None:
+    url = stoppable.new_database()
+    store = open_store(url)
+    try:
+        await store.put(record())
+        with psycopg.connect(stoppable.url(), autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{url.rsplit("/", 1)[1]}" SET default_transaction_read_only = on')
+        await store.close()
+        store = open_store(url)  # new sessions take the setting
+        assert await store.get("resp_1", ALICE) == record()
+        with pytest.raises(StoreUnavailableError, match="read-only"):
+            await store.put(record("resp_2"))
+    finally:
+        await store.close()

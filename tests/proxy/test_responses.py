@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from llgtriton import wire
 from llgtriton.wire import GuideType
 from tests.proxy.scripted import BASE_URL, MODEL, ScriptedClient, assert_error, http_client, scripted_app
+from tests.support.postgres import PostgresServer
 
 WEATHER_TOOL = {
     "type": "function",
@@ -514,3 +515,31 @@ async def test_reading_a_store_that_cannot_be_opened_is_a_503_naming_it(
             assert reply.status_code == 503, reply.text
             assert str(broken_store) in reply.json()["error"]["message"]
     assert client.requests == []  # nothing was generated for requests that needed the store first
+
+
+async def test_two_proxies_on_one_postgresql_share_conversations_and_background_responses(
+    client: ScriptedClient, postgres: PostgresServer
+) -> None:
+    """As behind a load balancer: each turn may reach either proxy (each with its own store connections)."""
+    database = postgres.new_database()
+    first, second = scripted_app(client, responses_store=database), scripted_app(Slow(), responses_store=database)
+    async with sdk_for(first) as on_first, sdk_for(second) as on_second:
+        created = await on_first.responses.create(model=MODEL, input="My name is Ada.")
+        assert (await on_second.responses.retrieve(created.id)).output_text == "Hello world"
+        items = await on_second.responses.input_items.list(created.id)
+        assert [item.content[0].text for item in items.data] == ["My name is Ada."]  # type: ignore[union-attr,index]
+        continued = await on_first.responses.create(model=MODEL, input="Who am I?", previous_response_id=created.id)
+        assert chat_messages(client.requests[-1]) == [
+            ("user", "My name is Ada."),
+            ("assistant", "Hello world"),
+            ("user", "Who am I?"),
+        ]
+        await on_second.responses.delete(continued.id)
+        with pytest.raises(openai.NotFoundError):
+            await on_first.responses.retrieve(continued.id)
+
+        queued = await on_second.responses.create(model=MODEL, input="x", background=True)  # a slow one
+        assert (await on_first.responses.retrieve(queued.id)).status in ("queued", "in_progress")
+        assert (await on_first.responses.cancel(queued.id)).status == "cancelled"
+        await asyncio.sleep(0.1)
+        assert (await on_second.responses.retrieve(queued.id)).status == "cancelled"
