@@ -44,7 +44,9 @@ CONFIGURATION_DOC = ROOT / "docs" / "configuration.md"
 API_DOC = ROOT / "docs" / "api.md"
 
 # Interpolation variables of docker-compose.yml: Compose reads them, llgtriton never does.
-COMPOSE_ONLY_VARIABLES = frozenset({"LLGTRITON_MODEL_DIR", "LLGTRITON_TP"})
+COMPOSE_ONLY_VARIABLES = frozenset({"LLGTRITON_MODEL_DIR", "LLGTRITON_TP", "LLGTRITON_POSTGRES_PASSWORD"})
+# Services of the compose file that run someone else's image, not a stage of our Dockerfile.
+THIRD_PARTY_SERVICES = {"postgres": "postgres:17"}
 
 ENV_NAME = re.compile(r"\bLLGTRITON_[A-Z0-9_]*")
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
@@ -171,9 +173,14 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def compose_services() -> dict[str, dict[str, Any]]:
+def all_compose_services() -> dict[str, dict[str, Any]]:
     services: dict[str, dict[str, Any]] = load_yaml(COMPOSE)["services"]
     return services
+
+
+def compose_services() -> dict[str, dict[str, Any]]:
+    """The compose services built from our Dockerfile's stages."""
+    return {name: service for name, service in all_compose_services().items() if name not in THIRD_PARTY_SERVICES}
 
 
 def with_defaults(value: str) -> str:
@@ -306,6 +313,42 @@ def test_compose_profiles_keep_the_two_stacks_apart() -> None:
 
 
 # Ports and health checks -------------------------------------------------------------------------
+
+
+def test_the_third_party_services_run_pinned_images_and_publish_no_port() -> None:
+    services = all_compose_services()
+    assert {name: services[name]["image"] for name in THIRD_PARTY_SERVICES} == THIRD_PARTY_SERVICES
+    assert all("ports" not in services[name] for name in THIRD_PARTY_SERVICES)
+
+
+def test_every_proxy_stores_responses_in_the_composed_postgresql_once_it_is_healthy() -> None:
+    services = all_compose_services()
+    postgres, proxy = services["postgres"], services["proxy"]
+    store = compose_environment(proxy)["LLGTRITON_PROXY_RESPONSES_STORE"]
+    assert (
+        store
+        == f"postgresql://{postgres['environment']['POSTGRES_USER']}@postgres:5432/{postgres['environment']['POSTGRES_DB']}"
+    )
+    assert proxy["environment"]["PGPASSWORD"] == postgres["environment"]["POSTGRES_PASSWORD"]
+    assert proxy["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert postgres["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+
+
+def test_kubernetes_proxies_share_the_postgresql_that_the_manifest_runs() -> None:
+    proxy = pod_container(proxy_workload())
+    postgres = pod_container(kubernetes_object("StatefulSet", "llgtriton-postgres"))
+    service = kubernetes_object("Service", "llgtriton-postgres")
+    env = container_environment(postgres)
+    port = service["spec"]["ports"][0]["port"]
+    expected = f"postgresql://{env['POSTGRES_USER']}@{service['metadata']['name']}:{port}/{env['POSTGRES_DB']}"
+    assert container_environment(proxy)["LLGTRITON_PROXY_RESPONSES_STORE"] == expected
+    secrets = {
+        item["name"]: item["valueFrom"]["secretKeyRef"]["name"]
+        for item in [*proxy["env"], *postgres["env"]]
+        if "valueFrom" in item
+    }
+    assert secrets["PGPASSWORD"] == secrets["POSTGRES_PASSWORD"] == "llgtriton-postgres"
+    assert container_ports(postgres)["postgres"] == port
 
 
 def test_compose_services_build_dockerfile_stages() -> None:
