@@ -114,6 +114,13 @@ class ProxySettings(_Section):
     responses_ttl_s: float = Field(
         30 * 24 * 3600.0, gt=0, description="How long a stored response is kept after it is created, seconds."
     )
+    responses_stale_after_s: float = Field(
+        60.0,
+        gt=0,
+        description="A background response whose proxy has said nothing of it for this long (the proxy died) is "
+        "marked failed, saying why, by whichever proxy reads it next. The running proxy speaks every quarter "
+        "of it.",
+    )
     responses_max_bytes: int = Field(
         1 << 30, gt=0, description="Most bytes of stored responses; the oldest are evicted to make room."
     )

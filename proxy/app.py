@@ -256,6 +256,7 @@ def create_app(
         lambda: open_response_store(
             store, ttl_s=settings.responses_ttl_s, max_bytes=settings.responses_max_bytes, owners=len(keys) or 1
         ),
+        stale_after_s=settings.responses_stale_after_s,
     )
     handlers = Handlers(settings, generations, responses, generation_client)
 

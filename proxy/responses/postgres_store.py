@@ -45,7 +45,8 @@ _SCHEMA = [
         status TEXT NOT NULL,
         size BIGINT NOT NULL,
         response TEXT NOT NULL,
-        input_items TEXT NOT NULL
+        input_items TEXT NOT NULL,
+        heartbeat_at DOUBLE PRECISION NOT NULL DEFAULT 0  -- last word from the proxy running it
     )""",
     "CREATE INDEX IF NOT EXISTS llgtriton_responses_expires_at ON llgtriton_responses (expires_at)",
     "CREATE INDEX IF NOT EXISTS llgtriton_responses_created_at ON llgtriton_responses (created_at, seq)",
@@ -95,7 +96,13 @@ def _migrate(connection: psycopg.Connection[Any], url: str) -> None:
             raise StoreUnavailableError(
                 f"the Responses store {display_url(url)} has schema {row[0]}, newer than this server's"
             )
-        # Later versions: ALTER TABLE steps from row[0] up to SCHEMA_VERSION go here.
+        elif row[0] < SCHEMA_VERSION:  # (version 1 had no heartbeat_at)
+            connection.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
+            connection.execute(
+                "ALTER TABLE llgtriton_responses"
+                " ADD COLUMN IF NOT EXISTS heartbeat_at DOUBLE PRECISION NOT NULL DEFAULT 0"
+            )
+            connection.execute("UPDATE llgtriton_schema SET version = %s", (SCHEMA_VERSION,))
 
 
 class PostgresResponseStore:
@@ -172,12 +179,16 @@ class PostgresResponseStore:
         await self._evict(connection, "id != %s", (stored.id,), self._max_bytes - size)
         # A replace keeps the first write's expiry and position, as in the SQLite store.
         await connection.execute(
-            """INSERT INTO llgtriton_responses (id, owner, created_at, expires_at, status, size, response, input_items)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+            """INSERT INTO llgtriton_responses
+                (id, owner, created_at, expires_at, status, size, response, input_items, heartbeat_at)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, created_at = excluded.created_at,
                 status = excluded.status, size = excluded.size, response = excluded.response,
-                input_items = excluded.input_items""",
-            (stored.id, stored.owner, stored.created_at, now + self._ttl_s, stored.status, size, response, input_items),
+                input_items = excluded.input_items, heartbeat_at = excluded.heartbeat_at""",
+            (
+                *(stored.id, stored.owner, stored.created_at, now + self._ttl_s, stored.status, size),
+                *(response, input_items, now),
+            ),
         )
 
     async def _evict(self, connection: _Connection, where: str, parameters: tuple[str, ...], room: int) -> None:
@@ -218,15 +229,7 @@ class PostgresResponseStore:
         return await self._run(work)
 
     async def status(self, response_id: str, owner: str) -> str | None:
-        async def work(connection: _Connection) -> str | None:
-            cursor = await connection.execute(
-                "SELECT status FROM llgtriton_responses WHERE id = %s AND owner = %s AND expires_at > %s",
-                (response_id, owner, time.time()),
-            )
-            row = await cursor.fetchone()
-            return None if row is None else str(row["status"])
-
-        return await self._run(work)
+        return await self._run(lambda connection: self._status_of(connection, response_id, owner))
 
     async def delete(self, response_id: str, owner: str) -> bool:
         async def work(connection: _Connection) -> bool:
@@ -263,6 +266,41 @@ class PostgresResponseStore:
                 cancelled = replace(current, status="cancelled", response=response)
                 await self._write(connection, cancelled)
                 return cancelled
+
+        return await self._run(work)
+
+    async def touch(self, response_id: str, owner: str) -> str | None:
+        async def work(connection: _Connection) -> str | None:
+            now = time.time()
+            await connection.execute(
+                """UPDATE llgtriton_responses SET heartbeat_at = %s
+                WHERE id = %s AND owner = %s AND expires_at > %s AND status = ANY(%s)""",
+                (now, response_id, owner, now, sorted(ACTIVE)),
+            )
+            return await self._status_of(connection, response_id, owner)
+
+        return await self._run(work)
+
+    async def _status_of(self, connection: _Connection, response_id: str, owner: str) -> str | None:
+        cursor = await connection.execute(
+            "SELECT status FROM llgtriton_responses WHERE id = %s AND owner = %s AND expires_at > %s",
+            (response_id, owner, time.time()),
+        )
+        row = await cursor.fetchone()
+        return None if row is None else str(row["status"])
+
+    async def fail_stale(
+        self, response_id: str, owner: str, heard_before: float, response: dict[str, Any]
+    ) -> StoredResponse | None:
+        async def work(connection: _Connection) -> StoredResponse | None:
+            async with connection.transaction():
+                await self._lock(connection)
+                row = await self._select(connection, response_id, owner, time.time())
+                if row is None or row["status"] not in ACTIVE or row["heartbeat_at"] >= heard_before:
+                    return None
+                stale = replace(_stored(row), status="failed", response=response)
+                await self._write(connection, stale)
+                return stale
 
         return await self._run(work)
 

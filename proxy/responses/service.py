@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -69,9 +70,14 @@ def _draft(request: ResponsesRequest, model: str, status: Literal["queued", "in_
 class Responses:
     """``open_store`` is called on first use: a server nobody asks for a response opens no database."""
 
-    def __init__(self, generations: Generations, open_store: Callable[[], ResponseStore]) -> None:
+    def __init__(
+        self, generations: Generations, open_store: Callable[[], ResponseStore], *, stale_after_s: float = 60.0
+    ) -> None:
+        """``stale_after_s``: a background response that nobody ran for that long (its proxy died) is failed
+        by whoever reads it next."""
         self._generations = generations
         self._open_store = open_store
+        self._stale_after_s = stale_after_s
         self._opened: ResponseStore | None = None
         self._background: dict[str, asyncio.Task[None]] = {}
 
@@ -206,11 +212,17 @@ class Responses:
         draft = prepared.draft.model_copy(update={"status": "in_progress"})
         await self._finish(prepared, draft)
         generation = asyncio.create_task(self._chat(prepared.chat.request))
+        touched = time.monotonic()
         try:
             while not generation.done():
                 await asyncio.wait({generation}, timeout=CANCEL_POLL_S)
                 try:
-                    status = await self._store.status(draft.id, prepared.owner)
+                    # Now and then also a sign of life, so that no reader takes it for one whose proxy died.
+                    if time.monotonic() - touched >= self._stale_after_s / 4:
+                        touched = time.monotonic()
+                        status = await self._store.touch(draft.id, prepared.owner)
+                    else:
+                        status = await self._store.status(draft.id, prepared.owner)
                 except StoreUnavailableError:  # (logged by the store) the generation goes on meanwhile
                     continue
                 if status is None or status == "cancelled":  # cancelled by another process (or evicted)
@@ -251,7 +263,23 @@ class Responses:
         stored = await self._store.get(response_id, owner)
         if stored is None:
             raise NotFoundError(f"no stored response {response_id!r}", code="response_not_found")
+        if stored.status in ACTIVE and stored.response.get("background") and response_id not in self._background:
+            return await self._failed_if_stale(stored)
         return stored
+
+    async def _failed_if_stale(self, stored: StoredResponse) -> StoredResponse:
+        """A background response another proxy runs, failed if that proxy has gone silent (it died)."""
+        lost = ProxyError(
+            f"the proxy running this background response stopped: no word from it for {self._stale_after_s:g} s",
+            code="server_error",  # (one of the codes OpenAI's clients know)
+        )
+        response = failed(Response.model_validate(stored.response), lost).model_dump(mode="json")
+        heard_before = time.time() - self._stale_after_s
+        updated = await self._store.fail_stale(stored.id, stored.owner, heard_before, response)
+        if updated is None:
+            return stored
+        logger.warning("background response %s failed: %s", stored.id, lost.message)
+        return updated
 
     async def get(self, response_id: str, owner: str) -> Response:
         return Response.model_validate((await self._stored(response_id, owner)).response)

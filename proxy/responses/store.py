@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 ACTIVE = frozenset({"queued", "in_progress"})
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: heartbeat_at
 BUSY_TIMEOUT_S = 5.0
 
 _T = TypeVar("_T")
@@ -39,7 +39,8 @@ CREATE TABLE responses (
     status TEXT NOT NULL,
     size INTEGER NOT NULL,
     response TEXT NOT NULL,
-    input_items TEXT NOT NULL
+    input_items TEXT NOT NULL,
+    heartbeat_at REAL NOT NULL DEFAULT 0  -- last word from the proxy running it (every write, and touch)
 );
 CREATE INDEX responses_expires_at ON responses (expires_at);
 CREATE INDEX responses_created_at ON responses (created_at, seq);
@@ -74,6 +75,15 @@ class ResponseStore(Protocol):
 
     async def cancel(self, response_id: str, owner: str, response: dict[str, Any]) -> StoredResponse | None:
         """If ACTIVE: status "cancelled" with ``response``; otherwise the record unchanged; ``None`` if absent."""
+
+    async def touch(self, response_id: str, owner: str) -> str | None:
+        """Note that the proxy running it is alive (its heartbeat is now, if ACTIVE); its status, as :meth:`status`."""
+
+    async def fail_stale(
+        self, response_id: str, owner: str, heard_before: float, response: dict[str, Any]
+    ) -> StoredResponse | None:
+        """If ACTIVE and nothing wrote or touched it since ``heard_before`` (unix seconds): status
+        "failed" with ``response``, returned; otherwise ``None``."""
 
     async def close(self) -> None: ...
 
@@ -169,8 +179,9 @@ class SQLiteResponseStore:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         self._conn.execute(statement)
-                self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            # Later versions: ALTER TABLE steps from `version` up to SCHEMA_VERSION go here.
+            elif version == 1:  # every response of version 1 counts as unheard of since long ago
+                self._conn.execute("ALTER TABLE responses ADD COLUMN heartbeat_at REAL NOT NULL DEFAULT 0")
+            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
@@ -211,12 +222,16 @@ class SQLiteResponseStore:
         # A replace keeps the first write's expiry and position: a background response finishing late
         # does not live longer, nor become the newest.
         self._conn.execute(
-            """INSERT INTO responses (id, owner, created_at, expires_at, status, size, response, input_items)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """INSERT INTO responses
+                (id, owner, created_at, expires_at, status, size, response, input_items, heartbeat_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, created_at = excluded.created_at,
                 status = excluded.status, size = excluded.size, response = excluded.response,
-                input_items = excluded.input_items""",
-            (stored.id, stored.owner, stored.created_at, now + self._ttl_s, stored.status, size, response, input_items),
+                input_items = excluded.input_items, heartbeat_at = excluded.heartbeat_at""",
+            (
+                *(stored.id, stored.owner, stored.created_at, now + self._ttl_s, stored.status, size),
+                *(response, input_items, now),
+            ),
         )
 
     def _evict(self, where: str, parameters: tuple[str, ...], room: int) -> None:
@@ -283,6 +298,28 @@ class SQLiteResponseStore:
             self._write(cancelled, now)
             return cancelled
 
+    def _touch(self, response_id: str, owner: str) -> str | None:
+        now = time.time()
+        with self._transaction():
+            self._conn.execute(
+                """UPDATE responses SET heartbeat_at = ?
+                WHERE id = ? AND owner = ? AND expires_at > ? AND status IN (?, ?)""",
+                (now, response_id, owner, now, *sorted(ACTIVE)),
+            )
+            return self._status(response_id, owner)
+
+    def _fail_stale(
+        self, response_id: str, owner: str, heard_before: float, response: dict[str, Any]
+    ) -> StoredResponse | None:
+        with self._transaction():
+            now = time.time()
+            row = self._select(response_id, owner, now)
+            if row is None or row["status"] not in ACTIVE or row["heartbeat_at"] >= heard_before:
+                return None
+            stale = replace(_row_to_stored(row), status="failed", response=response)
+            self._write(stale, now)
+            return stale
+
     def _close(self) -> None:
         self._conn.close()
 
@@ -305,6 +342,14 @@ class SQLiteResponseStore:
 
     async def cancel(self, response_id: str, owner: str, response: dict[str, Any]) -> StoredResponse | None:
         return await self._run(lambda: self._cancel(response_id, owner, response))
+
+    async def touch(self, response_id: str, owner: str) -> str | None:
+        return await self._run(lambda: self._touch(response_id, owner))
+
+    async def fail_stale(
+        self, response_id: str, owner: str, heard_before: float, response: dict[str, Any]
+    ) -> StoredResponse | None:
+        return await self._run(lambda: self._fail_stale(response_id, owner, heard_before, response))
 
     async def close(self) -> None:
         await self._run(self._close)

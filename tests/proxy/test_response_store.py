@@ -254,6 +254,56 @@ async def test_cancel_a_finished_record_leaves_it_unchanged(store: ResponseStore
     assert await store.get("resp_1", ALICE) == done
 
 
+async def test_an_active_record_unheard_of_for_long_is_failed_once_and_a_touched_one_is_not(
+    store: ResponseStore,
+) -> None:
+    await store.put(record("resp_quiet", status="in_progress"))
+    await store.put(record("resp_alive", status="in_progress"))
+    await store.put(record("resp_done"))
+    await asyncio.sleep(0.05)
+    assert await store.touch("resp_alive", ALICE) == "in_progress"
+    heard_before = time.time() - 0.02  # after the puts, before the touch
+    lost = {"id": "resp_quiet", "status": "failed", "error": {"code": "server_error"}}
+    failed = await store.fail_stale("resp_quiet", ALICE, heard_before, lost)
+    assert failed is not None and failed.status == "failed" and failed.response == lost
+    assert await store.get("resp_quiet", ALICE) == failed
+    assert await store.fail_stale("resp_quiet", ALICE, heard_before, lost) is None  # once
+    assert await store.fail_stale("resp_alive", ALICE, heard_before, lost) is None
+    assert await store.fail_stale("resp_done", ALICE, time.time() + 1, lost) is None  # not active
+    assert await store.fail_stale("resp_quiet", BOB, time.time() + 1, lost) is None  # another key's
+    assert await store.touch("resp_done", ALICE) == "completed" and await store.touch("resp_none", ALICE) is None
+
+
+def test_a_version_1_sqlite_store_is_migrated_and_its_active_records_count_as_unheard_of(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True)
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        conn.executescript(
+            """CREATE TABLE responses (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, owner TEXT NOT NULL,
+                created_at INTEGER NOT NULL, expires_at REAL NOT NULL, status TEXT NOT NULL, size INTEGER NOT NULL,
+                response TEXT NOT NULL, input_items TEXT NOT NULL);
+            PRAGMA user_version = 1;"""
+        )
+        old = record(status="in_progress")
+        conn.execute(
+            "INSERT INTO responses (id, owner, created_at, expires_at, status, size, response, input_items)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (old.id, old.owner, old.created_at, time.time() + 3600, old.status, 10, json.dumps(old.response), "[]"),
+        )
+        conn.commit()
+
+    async def read_back() -> StoredResponse | None:
+        store = open_store(db_path)
+        try:
+            return await store.fail_stale(old.id, ALICE, time.time() - 60, {"status": "failed"})
+        finally:
+            await store.close()
+
+    stale = asyncio.run(read_back())
+    assert stale is not None and stale.status == "failed"
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
 async def test_records_survive_a_restart(location: Path | str) -> None:
     first = open_store(location)
     await first.put(record("resp_1"))
