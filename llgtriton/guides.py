@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the TypedDict exists only in llguidance's type stubs
 from llgtriton.json_schemas import local_target
 from llgtriton.schema_dependencies import dependencies_as_any_of
 from llgtriton.schema_formats import annotations_only
+from llgtriton.schema_not import not_as_complement
 from llgtriton.schema_one_of import every_one_of_is_disjoint
 from llgtriton.wire import GuideType
 
@@ -226,7 +227,7 @@ def json_schema_grammar(schema: Any) -> str:
         raise GuideError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
     schema_depth(schema)
     schema = annotations_only(schema, lambda name: logger.info("format %r is an annotation, not asserted", name))
-    schema = dependencies_as_any_of(schema)
+    schema = not_as_complement(dependencies_as_any_of(schema))
     options: JsonCompileOptions = JSON_OPTIONS
     if every_one_of_is_disjoint(schema):  # then anyOf is exactly oneOf
         options = {**JSON_OPTIONS, "coerce_one_of": True}

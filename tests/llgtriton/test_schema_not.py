@@ -1,0 +1,87 @@
+"""``not`` served exactly where its complement has an exact form, refused (naming it) elsewhere.
+
+The property tests draw instances of every JSON type, let the ``jsonschema`` validator judge them,
+and check that the compiled grammar agrees both ways.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
+from llgtriton.schema_not import not_as_complement
+from tests.llgtriton.matching import assert_grammar_agrees, objects_in_order
+
+scalars = (
+    st.integers(-3, 3)
+    | st.sampled_from([0.5, -2.25])  # (1.0: llguidance writes integers without a fraction)
+    | st.sampled_from(["a", "b", ""])
+    | st.booleans()
+    | st.none()
+)
+values = scalars | st.lists(scalars, max_size=2) | st.dictionaries(st.sampled_from(["k"]), scalars, max_size=1)
+
+NOT_REQUIRED: dict[str, Any] = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {}},
+    "not": {"required": ["a", "b"]},
+}
+NOT_TYPES = [
+    {"not": {"type": "string"}},
+    {"not": {"type": ["object", "null", "number"]}},
+    {"type": ["integer", "string", "boolean"], "not": {"type": "integer"}},
+    {"type": ["number", "string"], "not": {"type": "number"}},
+    {"not": {"required": ["k"]}},
+    {"anyOf": [{"type": "string"}, {"type": "integer", "not": {}}]},
+    {"type": "array", "items": {"not": {"type": ["array", "object"]}}},
+]
+NOT_VALUES = [
+    {"enum": ["a", "b", 1, 2.25, None, True], "not": {"enum": ["a", 1.0, False]}},
+    {"enum": [1, "b"], "not": {"const": 1}},
+    {"const": "a", "not": {"const": "b"}},
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(objects_in_order(["a", "b", "c"], scalars) | values)
+def test_not_required_is_an_object_lacking_one_of_them(instance: Any) -> None:
+    assert_grammar_agrees(NOT_REQUIRED, instance)
+
+
+@pytest.mark.parametrize("schema", NOT_TYPES, ids=str)
+@settings(max_examples=150, deadline=None)
+@given(instance=values)
+def test_not_type_is_the_other_types(schema: dict[str, Any], instance: Any) -> None:
+    assert_grammar_agrees(schema, instance)
+
+
+@pytest.mark.parametrize("schema", NOT_VALUES, ids=str)
+@settings(max_examples=60, deadline=None)
+@given(instance=st.sampled_from(["a", "b", 1, 1.0, 2.25, None, True, False, 0]))
+def test_not_const_or_enum_takes_values_out_of_an_enum(schema: dict[str, Any], instance: Any) -> None:
+    assert_grammar_agrees(schema, instance)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"not": {"type": "integer"}},  # the numbers with a fraction: no exact form
+        {"type": "string", "not": {"enum": ["a"]}},  # every string but one
+        {"not": {"type": "string", "minLength": 2}},
+        {"not": {"pattern": "^a"}},
+    ],
+    ids=str,
+)
+def test_a_not_without_an_exact_complement_is_refused_naming_it(schema: dict[str, Any]) -> None:
+    with pytest.raises(GuideError, match="not"):
+        check_grammar(json_schema_grammar(schema))
+
+
+def test_the_rewrite_leaves_the_callers_schema_alone() -> None:
+    rewritten = not_as_complement(NOT_REQUIRED)
+    assert "not" in NOT_REQUIRED and "not" not in rewritten
+    assert rewritten["properties"] == NOT_REQUIRED["properties"]
