@@ -1,15 +1,24 @@
 """``not``, rewritten where its complement is exact; llguidance does not implement the keyword.
 
-The forms served, each as what it leaves of the schema it sits in:
-- ``not: {}`` (or ``true``): nothing; ``not: false``: no constraint.
-- ``not: {required: [a, b]}``: an object lacking ``a`` or ``b`` (``required`` holds for anything
-  that is not an object, so its complement holds only for objects).
-- ``not: {type: T}``: the schema's types less ``T``. ``number`` takes ``integer`` with it; ``not:
-  {type: integer}`` is served only where the schema allows no other numbers (what remains, the
-  numbers with a fraction, has no exact form).
-- ``not: {const: c}`` or ``not: {enum: [...]}``: where the schema itself is a ``const`` or an
-  ``enum``, those values taken out of it.
-Any other ``not`` is left as it is, and llguidance's refusal names the keyword.
+A ``not: N`` whose complement has an exact schema ``C`` becomes ``allOf: [..., C]`` in its schema.
+The complements known:
+- ``{}`` or ``true``: nothing (``false``); ``false``: anything (the ``not`` is dropped).
+- ``{not: S}``: ``S``. ``{anyOf: [A, B]}``: ``allOf`` of their complements; ``{allOf: [A, B]}``:
+  ``anyOf`` of theirs (De Morgan), each of which must be known.
+- ``{required: [a, b]}``: an object lacking ``a`` or ``b`` (``required`` holds for anything that is
+  not an object, so its complement holds only for objects).
+- ``{type: T}``: the other types. ``number`` takes ``integer`` with it; ``{type: integer}`` is known
+  only where the schema allows no other numbers (the numbers with a fraction have no exact form).
+- ``{maximum: m}``: a number above ``m``; likewise ``minimum``, ``exclusiveMaximum``,
+  ``exclusiveMinimum`` (a bound says nothing of what is not a number).
+- ``{minItems: n}``: an array of at most n - 1 items; likewise ``maxItems``, ``minLength``,
+  ``maxLength``.
+- ``{const: c}`` or ``{enum: [...]}`` directly in a schema that is itself a ``const`` or an ``enum``:
+  those values taken out of it.
+``if: I, then: T, else: E`` is ``anyOf: [allOf: [I, T], allOf: [not I, E]]``, served where the
+complement of ``I`` is known.
+Any other ``not`` is left as it is, and llguidance's refusal names the keyword. The rewrite goes
+from the outside in, so a ``not`` inside a ``not`` is read before it is rewritten.
 """
 
 from __future__ import annotations
@@ -17,77 +26,142 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llgtriton.json_schemas import rewritten
+from llgtriton.json_schemas import ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS
 
 TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
+_BOUND_COMPLEMENTS = {
+    "maximum": "exclusiveMinimum",
+    "minimum": "exclusiveMaximum",
+    "exclusiveMaximum": "minimum",
+    "exclusiveMinimum": "maximum",
+}
+# Counts: the complement of "at least n" is "at most n - 1" of the same type, and the reverse.
+_COUNT_COMPLEMENTS = {
+    "minItems": ("array", "maxItems", -1),
+    "maxItems": ("array", "minItems", 1),
+    "minLength": ("string", "maxLength", -1),
+    "maxLength": ("string", "minLength", 1),
+}
+
+
+class _NoExactComplement(Exception):
+    pass
 
 
 def not_as_complement(schema: Any) -> Any:
-    """``schema`` with every ``not`` of a served form written as its complement; the schema is not changed."""
-    return rewritten(schema, _rewrite)
+    """``schema`` with every ``not`` of a known form written as its complement, and every ``if`` whose
+    complement is known as the two cases it chooses between; the schema is not changed."""
+    if not isinstance(schema, dict):
+        return schema
+    node = schema
+    if "not" in node:
+        node = _without_not(node)
+    if "if" in node:
+        node = _without_if(node)
+    return {key: _inside(key, value) for key, value in node.items()}
 
 
-def _rewrite(node: dict[str, Any]) -> dict[str, Any]:
-    if "not" not in node:
-        return node
-    negated, rest = node["not"], {key: value for key, value in node.items() if key != "not"}
-    if negated is False:
-        return rest
-    if negated is True or negated == {}:
-        return _joined(rest, False) or node
-    if not isinstance(negated, dict) or len(negated) != 1:
-        return node
-    ((keyword, value),) = negated.items()
-    complement = None
-    if keyword == "required":
-        complement = _not_required(rest, value)
-    elif keyword == "type":
-        complement = _not_type(rest, value)
-    elif keyword in ("const", "enum"):
-        complement = _not_values(rest, [value] if keyword == "const" else value)
-    return node if complement is None else complement
-
-
-def _joined(rest: dict[str, Any], *cases: Any) -> dict[str, Any] | None:
+def _without_if(node: dict[str, Any]) -> dict[str, Any]:
+    """``if: I, then: T, else: E`` is ``anyOf: [allOf: [I, T], allOf: [not I, E]]`` (a missing branch holds)."""
+    rest = {key: value for key, value in node.items() if key not in ("if", "then", "else")}
     earlier = rest.get("allOf", [])
     if not isinstance(earlier, list):
-        return None
-    return {**rest, "allOf": [*earlier, *cases]}
+        return node
+    condition = node["if"]
+    try:
+        otherwise = _complement(condition)
+    except _NoExactComplement:
+        return node
+    cases = {"anyOf": [{"allOf": [condition, node.get("then", True)]}, {"allOf": [otherwise, node.get("else", True)]}]}
+    return {**rest, "allOf": [*earlier, cases]}
 
 
-def _not_required(rest: dict[str, Any], names: Any) -> dict[str, Any] | None:
+def _inside(key: str, value: Any) -> Any:
+    if key in SCHEMA_MAPS and isinstance(value, dict):
+        return {name: not_as_complement(item) for name, item in value.items()}
+    if key in SCHEMA_LISTS and isinstance(value, list):
+        return [not_as_complement(item) for item in value]
+    if key in ONE_SCHEMA:
+        return not_as_complement(value)
+    return value
+
+
+def _without_not(node: dict[str, Any]) -> dict[str, Any]:
+    rest = {key: value for key, value in node.items() if key != "not"}
+    earlier = rest.get("allOf", [])
+    if not isinstance(earlier, list):
+        return node
+    try:
+        complement = _complement(node["not"], rest)
+    except _NoExactComplement:
+        return node
+    if complement is True:
+        return rest
+    return {**rest, "allOf": [*earlier, complement]}
+
+
+def _complement(negated: Any, around: dict[str, Any] | None = None) -> Any:
+    """A schema that holds exactly where ``negated`` does not (``around``: the schema the ``not`` sits in,
+    for the forms that depend on it); raises :class:`_NoExactComplement`."""
+    if negated is False:
+        return True
+    if negated is True or negated == {}:
+        return False
+    if not isinstance(negated, dict):
+        raise _NoExactComplement
+    keys = set(negated)
+    if keys == {"not"}:
+        return negated["not"]
+    if keys == {"anyOf"} and isinstance(negated["anyOf"], list) and negated["anyOf"]:
+        return {"allOf": [_complement(branch) for branch in negated["anyOf"]]}
+    if keys == {"allOf"} and isinstance(negated["allOf"], list) and negated["allOf"]:
+        return {"anyOf": [_complement(branch) for branch in negated["allOf"]]}
+    if len(keys) != 1:
+        raise _NoExactComplement
+    ((keyword, value),) = negated.items()
+    if keyword == "required":
+        return _not_required(value)
+    if keyword == "type":
+        return _not_type(value, around or {})
+    if keyword in _BOUND_COMPLEMENTS and isinstance(value, int | float) and not isinstance(value, bool):
+        return {"type": "number", _BOUND_COMPLEMENTS[keyword]: value}
+    if keyword in _COUNT_COMPLEMENTS and isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        kind, other, step = _COUNT_COMPLEMENTS[keyword]
+        if value + step < 0:  # minItems: 0 always holds
+            return False
+        return {"type": kind, other: value + step}
+    if keyword in ("const", "enum") and around is not None:
+        return _not_values([value] if keyword == "const" else value, around)
+    raise _NoExactComplement
+
+
+def _not_required(names: Any) -> Any:
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        return None
+        raise _NoExactComplement
     if not names:  # required: [] always holds
-        return _joined(rest, False)
-    lacking = {"anyOf": [{"properties": {name: False}} for name in dict.fromkeys(names)]}
-    return _joined(rest, {"type": "object"}, lacking)
+        return False
+    return {"type": "object", "anyOf": [{"properties": {name: False}} for name in dict.fromkeys(names)]}
 
 
-def _types(value: Any) -> set[str] | None:
+def _types(value: Any) -> set[str]:
     names = [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not all(name in TYPES for name in names):
-        return None
+        raise _NoExactComplement
     return set(names)
 
 
-def _not_type(rest: dict[str, Any], value: Any) -> dict[str, Any] | None:
+def _not_type(value: Any, around: dict[str, Any]) -> Any:
     excluded = _types(value)
-    allowed = _types(rest.get("type", list(TYPES)))
-    if excluded is None or allowed is None:
-        return None
-    if "number" in allowed:  # "number" holds the integers too
-        allowed.add("integer")
-    if "number" in excluded:
+    if "number" in excluded:  # "number" holds the integers too
         excluded.add("integer")
-    left = allowed - excluded
+    left = set(TYPES) - excluded
     if "integer" in excluded and "number" in left:
-        return None  # the numbers that are not integers: no exact form
-    if "number" in left:
-        left.discard("integer")
-    if not left:
-        return _joined(rest, False)
-    return {**rest, "type": sorted(left)}
+        # What is left holds the numbers with a fraction, which no type names: exact only where the
+        # schema around allows no number anyway.
+        if "number" in _types(around.get("type", list(TYPES))):
+            raise _NoExactComplement
+        left.discard("number")
+    return {"type": sorted(left)} if left else False
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -98,25 +172,26 @@ def _same(a: Any, b: Any) -> bool:
 def _canonical(value: Any) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
+    if isinstance(value, float) and value.is_integer():
+        return ["number", int(value)]
     if isinstance(value, int | float):
-        return ["number", float(value)] if float(value) == value else ["number", repr(value)]
+        return ["number", value]
     if isinstance(value, list):
         return [_canonical(item) for item in value]
     if isinstance(value, dict):
         return {key: _canonical(item) for key, item in value.items()}
-    return repr(value)
+    raise _NoExactComplement
 
 
-def _not_values(rest: dict[str, Any], excluded: Any) -> dict[str, Any] | None:
+def _not_values(excluded: Any, around: dict[str, Any]) -> Any:
+    """The ``enum`` of what ``around`` allows less ``excluded``: ``around`` must be a ``const`` or an ``enum``."""
     if not isinstance(excluded, list):
-        return None
-    if "const" in rest:
-        if any(_same(rest["const"], value) for value in excluded):
-            return _joined(rest, False)
-        return rest
-    if isinstance(rest.get("enum"), list):
-        kept = [item for item in rest["enum"] if not any(_same(item, value) for value in excluded)]
-        if not kept:
-            return _joined({key: value for key, value in rest.items() if key != "enum"}, False)
-        return {**rest, "enum": kept}
-    return None
+        raise _NoExactComplement
+    if "const" in around:
+        allowed = [around["const"]]
+    elif isinstance(around.get("enum"), list):
+        allowed = around["enum"]
+    else:
+        raise _NoExactComplement
+    kept = [item for item in allowed if not any(_same(item, value) for value in excluded)]
+    return {"enum": kept} if kept else False

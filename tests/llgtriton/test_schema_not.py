@@ -1,4 +1,5 @@
-"""``not`` served exactly where its complement has an exact form, refused (naming it) elsewhere.
+"""``not`` and ``if`` served exactly where the complement they need has an exact form, refused (naming them)
+elsewhere.
 
 The property tests draw instances of every JSON type, let the ``jsonschema`` validator judge them,
 and check that the compiled grammar agrees both ways.
@@ -38,6 +39,18 @@ NOT_TYPES = [
     {"not": {"required": ["k"]}},
     {"anyOf": [{"type": "string"}, {"type": "integer", "not": {}}]},
     {"type": "array", "items": {"not": {"type": ["array", "object"]}}},
+    {"not": {"maximum": 1}},
+    {"not": {"exclusiveMinimum": -0.5}},
+    {"type": ["number", "string"], "not": {"not": {"minimum": 0}}},
+    {"not": {"anyOf": [{"required": ["k"]}, {"type": "string"}]}},
+    {"not": {"anyOf": [{"type": "string"}, {"minimum": 2}]}},  # the numbers below 2
+    {"not": {"allOf": [{"type": "array"}, {"not": {"type": "null"}}]}},
+    {"not": {"not": {"not": {"type": "boolean"}}}},
+    {"not": {"minItems": 1}},
+    {"not": {"allOf": [{"maxItems": 0}, {"maxLength": 0}]}},  # a non-empty array or string
+    {"if": {"maximum": 1}, "then": {"type": "integer"}, "else": {"type": "string"}},
+    {"if": {"minItems": 1}, "then": {"items": {"type": "string"}}},
+    {"if": {"type": "object"}, "then": {"required": ["k"]}, "else": {"not": {"type": "null"}}},
 ]
 NOT_VALUES = [
     {"enum": ["a", "b", 1, 2.25, None, True], "not": {"enum": ["a", 1.0, False]}},
@@ -55,7 +68,7 @@ def test_not_required_is_an_object_lacking_one_of_them(instance: Any) -> None:
 @pytest.mark.parametrize("schema", NOT_TYPES, ids=str)
 @settings(max_examples=150, deadline=None)
 @given(instance=values)
-def test_not_type_is_the_other_types(schema: dict[str, Any], instance: Any) -> None:
+def test_not_type_bounds_and_their_combinations(schema: dict[str, Any], instance: Any) -> None:
     assert_grammar_agrees(schema, instance)
 
 
@@ -73,11 +86,13 @@ def test_not_const_or_enum_takes_values_out_of_an_enum(schema: dict[str, Any], i
         {"type": "string", "not": {"enum": ["a"]}},  # every string but one
         {"not": {"type": "string", "minLength": 2}},
         {"not": {"pattern": "^a"}},
+        {"not": {"anyOf": [{"type": "string"}, {"pattern": "^a"}]}},  # one branch without a complement
+        {"if": {"pattern": "^a"}, "then": {"maxLength": 3}},  # an if without a complement
     ],
     ids=str,
 )
-def test_a_not_without_an_exact_complement_is_refused_naming_it(schema: dict[str, Any]) -> None:
-    with pytest.raises(GuideError, match="not"):
+def test_a_not_or_if_without_an_exact_complement_is_refused_naming_it(schema: dict[str, Any]) -> None:
+    with pytest.raises(GuideError, match="not" if "not" in schema else "if"):
         check_grammar(json_schema_grammar(schema))
 
 
