@@ -156,8 +156,14 @@ class Handlers:
         response_id, owner = request.path_params["response_id"], self._owner(request)
         if request.method == "DELETE":
             return _json(await self._responses.delete(response_id, owner))
+        starting_after = request.query_params.get("starting_after")
         if request.query_params.get("stream") in ("true", "1"):
-            raise InvalidRequestError("streaming a stored response again is not supported", param="stream")
+            if starting_after is not None and not starting_after.isdigit():
+                raise InvalidRequestError("starting_after must be a sequence number", param="starting_after")
+            after = None if starting_after is None else int(starting_after)
+            return EventStreamResponse(self._responses.replay(response_id, owner, after), named=True)
+        if starting_after is not None:
+            raise InvalidRequestError("starting_after needs stream=true", param="starting_after")
         return _json(await self._responses.get(response_id, owner))
 
     async def cancel_response(self, request: Request) -> Response:

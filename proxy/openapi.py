@@ -186,9 +186,18 @@ def _stored_responses() -> dict[str, Any]:
         {"name": "order", "in": "query", "schema": {"enum": ["asc", "desc"]}},
         {"name": "after", "in": "query", "schema": {"type": "string"}},
     ]
+    replaying = [
+        {"name": "stream", "in": "query", "schema": {"type": "boolean"}},
+        {"name": "starting_after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+    ]
     return {
         "/v1/responses/{response_id}": {
-            "get": route("A stored response", Response),
+            "get": route(
+                "A stored response; with `stream=true`, its events once it has ended, those after `starting_after`",
+                Response,
+                "400",
+                query=replaying,
+            ),
             "delete": route("Delete a stored response", DeletedResponse),
         },
         "/v1/responses/{response_id}/input_items": {

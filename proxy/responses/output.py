@@ -8,8 +8,9 @@ when the next one opens or the generation ends; every event carries a ``sequence
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -281,3 +282,62 @@ class ResponseEvents:
         events.append(self._event("error", code=error.code or error.type, message=error.message, param=error.param))
         events.append(self._event("response.failed", response=self._response(response)))
         return events, response
+
+
+def replayed(response: Response) -> list[ResponseEvent]:
+    """The event sequence of a response that has ended, as a stream of it ends: each item whole, its text
+    or arguments in one delta (``GET /v1/responses/{id}?stream=true``)."""
+    numbers = itertools.count()
+
+    def event(kind: str, **fields: Any) -> ResponseEvent:
+        return ResponseEvent(type=kind, sequence_number=next(numbers), **fields)
+
+    final = response.model_dump(mode="json")
+    opening = {**final, "status": "in_progress", "output": [], "usage": None, "error": None}
+    events = [event("response.created", response=opening), event("response.in_progress", response=opening)]
+    for index, item in enumerate(final["output"]):
+        events += _replayed_item(event, index, item)
+    if final["status"] == "failed":
+        error = final.get("error") or {}
+        events.append(event("error", code=error.get("code"), message=error.get("message"), param=None))
+        events.append(event("response.failed", response=final))
+    elif final["status"] == "completed":
+        events.append(event("response.completed", response=final))
+    else:  # incomplete, or cancelled (the API has no event of its own for that)
+        events.append(event("response.incomplete", response=final))
+    return events
+
+
+def _replayed_item(event: Callable[..., ResponseEvent], index: int, item: dict[str, Any]) -> list[ResponseEvent]:
+    fields: dict[str, Any] = {"item_id": item["id"], "output_index": index}
+    if item["type"] == "function_call":
+        arguments = item["arguments"]
+        opened = {**item, "arguments": "", "status": "in_progress"}
+        events = [event("response.output_item.added", output_index=index, item=opened)]
+        if arguments:
+            events.append(event("response.function_call_arguments.delta", **fields, delta=arguments))
+        events.append(event("response.function_call_arguments.done", **fields, name=item["name"], arguments=arguments))
+    else:  # a message, or reasoning: one content part of text
+        part, in_part = item["content"][0], {**fields, "content_index": 0}
+        text, message = part["text"], item["type"] == "message"
+        opened = {**item, "content": [], "status": "in_progress"}
+        events = [
+            event("response.output_item.added", output_index=index, item=opened),
+            event(
+                "response.content_part.added",
+                **in_part,
+                part={**part, "text": "", **({"logprobs": []} if message else {})},
+            ),
+        ]
+        if message:
+            logprobs = part.get("logprobs") or []
+            if text:
+                events.append(event("response.output_text.delta", **in_part, delta=text, logprobs=logprobs))
+            events.append(event("response.output_text.done", **in_part, text=text, logprobs=logprobs))
+        else:
+            if text:
+                events.append(event("response.reasoning_text.delta", **in_part, delta=text))
+            events.append(event("response.reasoning_text.done", **in_part, text=text))
+        events.append(event("response.content_part.done", **in_part, part=part))
+    events.append(event("response.output_item.done", output_index=index, item=item))
+    return events

@@ -20,7 +20,15 @@ from typing import Any, Literal
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError, StoreUnavailableError, as_proxy_error
 from proxy.protocol import ChatCompletionRequest, StreamOptions, now
 from proxy.responses.conversation import ChatPlan, chat_request, parse_items, refuse_unsupported, renamed, stored_items
-from proxy.responses.output import ResponseEvent, ResponseEvents, failed, finished, new_response_id, output_items
+from proxy.responses.output import (
+    ResponseEvent,
+    ResponseEvents,
+    failed,
+    finished,
+    new_response_id,
+    output_items,
+    replayed,
+)
 from proxy.responses.protocol import DeletedResponse, InputItemList, Response, ResponsesRequest
 from proxy.responses.store import ACTIVE, ResponseStore, StoredResponse
 from proxy.serving import Generations
@@ -283,6 +291,17 @@ class Responses:
 
     async def get(self, response_id: str, owner: str) -> Response:
         return Response.model_validate((await self._stored(response_id, owner)).response)
+
+    async def replay(self, response_id: str, owner: str, starting_after: int | None) -> AsyncGenerator[ResponseEvent]:
+        """A stored response's events once it has ended (a background one is waited for), after
+        ``starting_after``: what a client whose stream broke resumes from."""
+        stored = await self._stored(response_id, owner)
+        while stored.status in ACTIVE:  # ended by its proxy, a cancel, or found stale
+            await asyncio.sleep(CANCEL_POLL_S)
+            stored = await self._stored(response_id, owner)
+        for event in replayed(Response.model_validate(stored.response)):
+            if starting_after is None or event.sequence_number > starting_after:
+                yield event
 
     async def delete(self, response_id: str, owner: str) -> DeletedResponse:
         if not await self._store.delete(response_id, owner):

@@ -59,7 +59,9 @@ CROSS_FIELD_PARAMS = {"tools", "tool_choice", "functions", "function_call", "str
     *(f"guided_{kind}" for kind in ("json", "regex", "choice", "grammar")),
     # Responses: input items and tools are parsed one by one by their type (any object is schema-valid),
     # a function_call_output must answer a call, a stream cannot be in the background nor a
-    # background response unstored, and only background responses can be cancelled.
+    # background response unstored, and only background responses can be cancelled. A stored
+    # response's events resume after starting_after only when they are streamed.
+    "starting_after",
     "input",
     "text",
     "background",

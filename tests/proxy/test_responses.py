@@ -573,3 +573,47 @@ async def test_a_background_response_whose_proxy_died_is_failed_saying_why_by_th
             lost.error.code == "server_error" and "proxy running this background response stopped" in lost.error.message
         )
         assert (await on_reader.responses.retrieve(queued.id)).status == "failed"
+
+
+async def test_a_stored_response_streams_again_and_resumes_after_a_sequence_number(
+    sdk: openai.AsyncOpenAI, client: ScriptedClient
+) -> None:
+    client.script(
+        said(("Thinking.", ""), 'Checking. <tool_call>[{"name": "get_weather", ', '"arguments": {"city": "Paris"}}]')
+    )
+    created = await sdk.responses.create(model=MODEL, input="x", tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    events = [event async for event in await sdk.responses.retrieve(created.id, stream=True)]
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    assert events[0].type == "response.created" and events[0].response.output == []
+    final = events[-1]
+    assert final.type == "response.completed" and final.response == created
+    added = [event.item for event in events if event.type == "response.output_item.added"]
+    done = [event.item for event in events if event.type == "response.output_item.done"]
+    assert [item.id for item in added] == [item.id for item in done] == [item.id for item in created.output]
+    assert done == created.output
+    texts = [event.delta for event in events if event.type == "response.output_text.delta"]
+    arguments = [event.delta for event in events if event.type == "response.function_call_arguments.delta"]
+    assert "".join(texts) == created.output_text and json.loads("".join(arguments)) == {"city": "Paris"}
+
+    resumed = [event async for event in await sdk.responses.retrieve(created.id, stream=True, starting_after=4)]
+    assert [event.sequence_number for event in resumed] == list(range(5, len(events)))
+    assert [event.type for event in resumed] == [event.type for event in events[5:]]
+
+
+async def test_streaming_a_background_response_waits_for_it_to_end(
+    sdk: openai.AsyncOpenAI, client: ScriptedClient
+) -> None:
+    client.script(said("Hello", " world"))
+    queued = await sdk.responses.create(model=MODEL, input="x", background=True)
+    events = [event async for event in await sdk.responses.retrieve(queued.id, stream=True)]
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == "Hello world"
+
+
+async def test_resuming_a_stream_is_checked_before_it_starts(http: httpx.AsyncClient, sdk: openai.AsyncOpenAI) -> None:
+    created = await sdk.responses.create(model=MODEL, input="x")
+    reply = await http.get(f"/v1/responses/{created.id}", params={"starting_after": "3"})
+    assert_error(reply, 400, "invalid_request_error", param="starting_after")
+    reply = await http.get(f"/v1/responses/{created.id}", params={"stream": "true", "starting_after": "x"})
+    assert_error(reply, 400, "invalid_request_error", param="starting_after")
+    reply = await http.get("/v1/responses/resp_none", params={"stream": "true"})
+    assert_error(reply, 404, "invalid_request_error", code="response_not_found")
