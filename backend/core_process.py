@@ -16,9 +16,9 @@ flight ends with an error and a new core starts; meanwhile the health check says
 When the stub dies, the core sees its pipe close and exits.
 
 Several model instances (stubs) of one Triton server share one core when given the same
-:class:`CoreRendezvous`: one stub a second sends only so many responses, the engine batches best
-as one. The stub that takes the rendezvous's lock starts the core and *leads*; the others join it
-over a Unix socket. A joined stub whose core goes away fails its requests and joins again, or
+:class:`CoreRendezvous`: a stub sends only so many responses a second, while the engine batches
+best as one. The stub that takes the rendezvous's lock starts the core and *leads*; the others
+join it over a Unix socket. A joined stub whose core goes away fails its requests and joins again, or
 leads if the leader went too.
 """
 

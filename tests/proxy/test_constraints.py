@@ -308,7 +308,7 @@ INVALID: list[tuple[dict[str, Any], str, str]] = [
         "Invalid type: foo",
     ),
     (
-        {"response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {"type": "string"}}}}},
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": {"not": {"pattern": "^a"}}}}},
         "response_format",
         "Unimplemented keys",
     ),
