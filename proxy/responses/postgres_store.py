@@ -78,6 +78,7 @@ def _stored(row: dict[str, Any]) -> StoredResponse:
         status=row["status"],
         response=json.loads(row["response"]),
         input_items=json.loads(row["input_items"]),
+        heartbeat_at=float(row["heartbeat_at"]),
     )
 
 

@@ -271,18 +271,20 @@ class Responses:
         stored = await self._store.get(response_id, owner)
         if stored is None:
             raise NotFoundError(f"no stored response {response_id!r}", code="response_not_found")
-        if stored.status in ACTIVE and stored.response.get("background") and response_id not in self._background:
-            return await self._failed_if_stale(stored)
+        heard_before = time.time() - self._stale_after_s
+        silent = stored.status in ACTIVE and stored.heartbeat_at < heard_before
+        if silent and stored.response.get("background") and response_id not in self._background:
+            return await self._fail_stale(stored, heard_before)
         return stored
 
-    async def _failed_if_stale(self, stored: StoredResponse) -> StoredResponse:
-        """A background response another proxy runs, failed if that proxy has gone silent (it died)."""
+    async def _fail_stale(self, stored: StoredResponse, heard_before: float) -> StoredResponse:
+        """A response whose proxy has gone silent (it died), failed: once, in one transaction, unless its
+        proxy spoke or it ended meanwhile."""
         lost = ProxyError(
             f"the proxy running this background response stopped: no word from it for {self._stale_after_s:g} s",
             code="server_error",  # (one of the codes OpenAI's clients know)
         )
         response = failed(Response.model_validate(stored.response), lost).model_dump(mode="json")
-        heard_before = time.time() - self._stale_after_s
         updated = await self._store.fail_stale(stored.id, stored.owner, heard_before, response)
         if updated is None:
             return stored

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -55,6 +55,8 @@ class StoredResponse:
     status: str  # queued, in_progress, completed, incomplete, cancelled, failed
     response: dict[str, Any]  # the Response object, as JSON
     input_items: list[dict[str, Any]]  # the whole input: earlier turns (via previous_response_id), then this request's
+    # When the proxy running it last wrote or touched it (unix seconds); set by the store, not compared.
+    heartbeat_at: float = field(default=0.0, compare=False)
 
 
 class ResponseStore(Protocol):
@@ -106,6 +108,7 @@ def _row_to_stored(row: sqlite3.Row) -> StoredResponse:
         status=row["status"],
         response=json.loads(row["response"]),
         input_items=json.loads(row["input_items"]),
+        heartbeat_at=row["heartbeat_at"],
     )
 
 

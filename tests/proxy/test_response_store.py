@@ -263,6 +263,8 @@ async def test_an_active_record_unheard_of_for_long_is_failed_once_and_a_touched
     await asyncio.sleep(0.05)
     assert await store.touch("resp_alive", ALICE) == "in_progress"
     heard_before = time.time() - 0.02  # after the puts, before the touch
+    alive, quiet = await store.get("resp_alive", ALICE), await store.get("resp_quiet", ALICE)
+    assert alive is not None and quiet is not None and quiet.heartbeat_at < heard_before < alive.heartbeat_at
     lost = {"id": "resp_quiet", "status": "failed", "error": {"code": "server_error"}}
     failed = await store.fail_stale("resp_quiet", ALICE, heard_before, lost)
     assert failed is not None and failed.status == "failed" and failed.response == lost
