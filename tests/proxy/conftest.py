@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
 from tests.proxy.scripted import BASE_URL, ScriptedClient, http_client, scripted_app
+from tests.support.postgres import PostgresServer
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a Responses store lives, as several proxies may share it: a SQLite file (in folders that
+    do not exist yet), or an empty database of its own on the tests' PostgreSQL."""
+    if request.param == "sqlite":
+        return tmp_path / "state" / "nested" / "responses.db"
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.new_database()
 
 
 @pytest.fixture

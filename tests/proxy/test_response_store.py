@@ -64,18 +64,9 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "state" / "nested" / "responses.db"  # parent folders that don't exist yet
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def location(request: pytest.FixtureRequest, db_path: Path) -> Path | str:
-    """Where a store lives: a SQLite file, or an empty database of its own on the tests' PostgreSQL."""
-    if request.param == "sqlite":
-        return db_path
-    server: PostgresServer = request.getfixturevalue("postgres")
-    return server.new_database()
-
-
 @pytest.fixture
-async def store(location: Path | str) -> AsyncIterator[ResponseStore]:
-    store = open_store(location)
+async def store(store_location: Path | str) -> AsyncIterator[ResponseStore]:
+    store = open_store(store_location)
     yield store
     await store.close()
 
@@ -119,8 +110,8 @@ async def test_delete(store: ResponseStore) -> None:
     assert await store.get("resp_2", ALICE) == record("resp_2")
 
 
-async def test_records_expire_after_the_ttl(location: Path | str) -> None:
-    store = open_store(location, ttl_s=0.3)  # long enough for a loaded machine to read it back in time
+async def test_records_expire_after_the_ttl(store_location: Path | str) -> None:
+    store = open_store(store_location, ttl_s=0.3)  # long enough for a loaded machine to read it back in time
     try:
         await store.put(record("resp_1", status="in_progress"))
         assert await store.get("resp_1", ALICE) is not None
@@ -140,11 +131,11 @@ def size_of(stored: StoredResponse) -> int:
     return sum(len(json.dumps(part, separators=(",", ":"))) for part in (stored.response, stored.input_items))
 
 
-async def test_the_oldest_records_are_evicted_to_stay_within_max_bytes(location: Path | str) -> None:
+async def test_the_oldest_records_are_evicted_to_stay_within_max_bytes(store_location: Path | str) -> None:
     a = record("resp_a", created_at=100, text="a" * 300)
     b = record("resp_b", created_at=200, text="b" * 300)
     c = record("resp_c", created_at=300, text="c" * 300)
-    store = open_store(location, max_bytes=2 * size_of(a) + 10)  # room for two
+    store = open_store(store_location, max_bytes=2 * size_of(a) + 10)  # room for two
     try:
         # Put out of order: the oldest by created_at goes first, not the first put.
         await store.put(b)
@@ -167,10 +158,10 @@ async def test_the_oldest_records_are_evicted_to_stay_within_max_bytes(location:
         await store.close()
 
 
-async def test_replacing_a_record_does_not_evict_others_for_its_own_old_bytes(location: Path | str) -> None:
+async def test_replacing_a_record_does_not_evict_others_for_its_own_old_bytes(store_location: Path | str) -> None:
     a = record("resp_a", created_at=100, text="a" * 300)
     b = record("resp_b", created_at=200, status="in_progress", text="b" * 300)
-    store = open_store(location, max_bytes=2 * size_of(a) + 10)
+    store = open_store(store_location, max_bytes=2 * size_of(a) + 10)
     try:
         await store.put(a)
         await store.put(b)
@@ -180,10 +171,10 @@ async def test_replacing_a_record_does_not_evict_others_for_its_own_old_bytes(lo
         await store.close()
 
 
-async def test_a_record_larger_than_max_bytes_is_refused(location: Path | str) -> None:
+async def test_a_record_larger_than_max_bytes_is_refused(store_location: Path | str) -> None:
     small = record("resp_small")
     big = record("resp_big", text="x" * 2000)
-    store = open_store(location, max_bytes=1000)
+    store = open_store(store_location, max_bytes=1000)
     try:
         await store.put(small)
         with pytest.raises(ValueError, match=rf"{size_of(big)} bytes, more than a key's 1000"):
@@ -194,10 +185,10 @@ async def test_a_record_larger_than_max_bytes_is_refused(location: Path | str) -
         await store.close()
 
 
-async def test_a_key_that_fills_its_share_evicts_only_its_own_responses(location: Path | str) -> None:
+async def test_a_key_that_fills_its_share_evicts_only_its_own_responses(store_location: Path | str) -> None:
     mine = [record(f"resp_{i}", created_at=100 + i, text="a" * 300) for i in range(6)]
     theirs = record("resp_bob", created_at=1, text="b" * 300, owner=BOB)
-    store = open_store(location, max_bytes=4 * size_of(mine[0]) + 10, owners=2)  # a share holds two
+    store = open_store(store_location, max_bytes=4 * size_of(mine[0]) + 10, owners=2)  # a share holds two
     try:
         await store.put(theirs)
         for stored in mine:
@@ -306,21 +297,21 @@ def test_a_version_1_sqlite_store_is_migrated_and_its_active_records_count_as_un
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
-async def test_records_survive_a_restart(location: Path | str) -> None:
-    first = open_store(location)
+async def test_records_survive_a_restart(store_location: Path | str) -> None:
+    first = open_store(store_location)
     await first.put(record("resp_1"))
     await first.close()
-    second = open_store(location)
+    second = open_store(store_location)
     try:
         assert await second.get("resp_1", ALICE) == record("resp_1")
     finally:
         await second.close()
 
 
-async def test_two_stores_on_one_location_see_each_others_writes(location: Path | str) -> None:
+async def test_two_stores_on_one_location_see_each_others_writes(store_location: Path | str) -> None:
     """Like two proxy processes (on one host, or two on PostgreSQL): one runs a background response, the
     other cancels it."""
-    worker_a, worker_b = open_store(location), open_store(location)
+    worker_a, worker_b = open_store(store_location), open_store(store_location)
     try:
         await worker_a.put(record("resp_1", status="queued"))
         assert await worker_b.get("resp_1", ALICE) == record("resp_1", status="queued")

@@ -545,20 +545,11 @@ async def test_two_proxies_on_one_postgresql_share_conversations_and_background_
         assert (await on_second.responses.retrieve(queued.id)).status == "cancelled"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def shared_store(request: pytest.FixtureRequest, store: Path) -> Path | str:
-    """What several proxies share: a SQLite file (one host) or a PostgreSQL database (several)."""
-    if request.param == "sqlite":
-        return store
-    server: PostgresServer = request.getfixturevalue("postgres")
-    return server.new_database()
-
-
 async def test_a_background_response_whose_proxy_died_is_failed_saying_why_by_the_next_reader(
-    shared_store: Path | str,
+    store_location: Path | str,
 ) -> None:
-    dying = scripted_app(Slow(), responses_store=shared_store, responses_stale_after_s=1.0)
-    reader = scripted_app(ScriptedClient(), responses_store=shared_store, responses_stale_after_s=1.0)
+    dying = scripted_app(Slow(), responses_store=store_location, responses_stale_after_s=1.0)
+    reader = scripted_app(ScriptedClient(), responses_store=store_location, responses_stale_after_s=1.0)
     async with sdk_for(reader) as on_reader:
         async with dying.router.lifespan_context(dying), sdk_for(dying) as on_dying:
             queued = await on_dying.responses.create(model=MODEL, input="x", background=True)
