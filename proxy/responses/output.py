@@ -8,9 +8,8 @@ when the next one opens or the generation ends; every event carries a ``sequence
 
 from __future__ import annotations
 
-import itertools
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -115,10 +114,10 @@ def failed(draft: Response, error: ProxyError, items: Sequence[OutputItem] = ())
 class _OpenItem:
     """The item a stream is writing: its place, and what it has so far."""
 
-    def __init__(self, kind: str, index: int, call_id: str = "", name: str = "") -> None:
+    def __init__(self, kind: str, index: int, call_id: str = "", name: str = "", known_id: str | None = None) -> None:
         self.kind = kind
         self.index = index
-        self.id = item_id(kind)
+        self.id = known_id or item_id(kind)
         self.call_id = call_id
         self.name = name
         self.text: list[str] = []
@@ -191,9 +190,11 @@ class ResponseEvents:
             self._finish = choice.finish_reason
         return events
 
-    def _open_item(self, kind: str, call_id: str = "", name: str = "") -> list[ResponseEvent]:
+    def _open_item(
+        self, kind: str, call_id: str = "", name: str = "", known_id: str | None = None
+    ) -> list[ResponseEvent]:
         events = self._close()
-        self._open = _OpenItem(kind, len(self._done), call_id, name)
+        self._open = _OpenItem(kind, len(self._done), call_id, name, known_id)
         item = self._open.item("in_progress").model_dump(mode="json")
         if kind != "function_call":
             item["content"] = []
@@ -222,10 +223,12 @@ class ResponseEvents:
             events.append(self._event("response.reasoning_text.delta", **fields, delta=text))
         return events
 
-    def _call(self, index: int, call_id: str | None, name: str | None, arguments: str) -> list[ResponseEvent]:
+    def _call(
+        self, index: int, call_id: str | None, name: str | None, arguments: str, known_id: str | None = None
+    ) -> list[ResponseEvent]:
         events: list[ResponseEvent] = []
         if call_id is not None:  # a call's first piece carries its id and name
-            events += self._open_item("function_call", call_id, name or "")
+            events += self._open_item("function_call", call_id, name or "", known_id)
             assert self._open is not None
             self._calls[index] = self._open
         item = self._calls[index]
@@ -240,6 +243,19 @@ class ResponseEvents:
                 )
             )
         return events
+
+    def whole_item(self, item: OutputItem) -> list[ResponseEvent]:
+        """The events of an item written whole, its text or arguments in one delta (a replay), with its id."""
+        if isinstance(item, OutputFunctionCall):
+            events = self._call(len(self._calls), item.call_id, item.name, item.arguments, item.id)
+        else:
+            part = item.content[0]
+            kind = "message" if isinstance(item, OutputMessage) else "reasoning"
+            events = self._open_item(kind, known_id=item.id)
+            if part.text:
+                logprobs = part.logprobs if isinstance(part, OutputTextPart) else None
+                events += self._text(kind, part.text, logprobs)
+        return events + self._close(item.status)
 
     def _close(self, status: str = "completed") -> list[ResponseEvent]:
         """The events that finish the open item, if any."""
@@ -275,6 +291,17 @@ class ResponseEvents:
         kind = "response.incomplete" if response.status == "incomplete" else "response.completed"
         return [*events, self._event(kind, response=self._response(response))], response
 
+    def ended(self, response: Response) -> list[ResponseEvent]:
+        """The events that end a stream of ``response`` as it was stored, after its items (a replay)."""
+        events: list[ResponseEvent] = []
+        if response.status == "failed" and response.error is not None:
+            events.append(self._event("error", code=response.error.code, message=response.error.message, param=None))
+        kind = {"failed": "response.failed", "completed": "response.completed"}.get(
+            response.status,
+            "response.incomplete",  # incomplete, or cancelled (the API has no event of its own)
+        )
+        return [*events, self._event(kind, response=self._response(response))]
+
     def fail(self, error: ProxyError) -> tuple[list[ResponseEvent], Response]:
         """The events that end a failed stream (an ``error`` event, then ``response.failed``), and the response."""
         events = self._close("incomplete")
@@ -287,57 +314,10 @@ class ResponseEvents:
 def replayed(response: Response) -> list[ResponseEvent]:
     """The event sequence of a response that has ended, as a stream of it ends: each item whole, its text
     or arguments in one delta (``GET /v1/responses/{id}?stream=true``)."""
-    numbers = itertools.count()
-
-    def event(kind: str, **fields: Any) -> ResponseEvent:
-        return ResponseEvent(type=kind, sequence_number=next(numbers), **fields)
-
-    final = response.model_dump(mode="json")
-    opening = {**final, "status": "in_progress", "output": [], "usage": None, "error": None}
-    events = [event("response.created", response=opening), event("response.in_progress", response=opening)]
-    for index, item in enumerate(final["output"]):
-        events += _replayed_item(event, index, item)
-    if final["status"] == "failed":
-        error = final.get("error") or {}
-        events.append(event("error", code=error.get("code"), message=error.get("message"), param=None))
-        events.append(event("response.failed", response=final))
-    elif final["status"] == "completed":
-        events.append(event("response.completed", response=final))
-    else:  # incomplete, or cancelled (the API has no event of its own for that)
-        events.append(event("response.incomplete", response=final))
-    return events
-
-
-def _replayed_item(event: Callable[..., ResponseEvent], index: int, item: dict[str, Any]) -> list[ResponseEvent]:
-    fields: dict[str, Any] = {"item_id": item["id"], "output_index": index}
-    if item["type"] == "function_call":
-        arguments = item["arguments"]
-        opened = {**item, "arguments": "", "status": "in_progress"}
-        events = [event("response.output_item.added", output_index=index, item=opened)]
-        if arguments:
-            events.append(event("response.function_call_arguments.delta", **fields, delta=arguments))
-        events.append(event("response.function_call_arguments.done", **fields, name=item["name"], arguments=arguments))
-    else:  # a message, or reasoning: one content part of text
-        part, in_part = item["content"][0], {**fields, "content_index": 0}
-        text, message = part["text"], item["type"] == "message"
-        opened = {**item, "content": [], "status": "in_progress"}
-        events = [
-            event("response.output_item.added", output_index=index, item=opened),
-            event(
-                "response.content_part.added",
-                **in_part,
-                part={**part, "text": "", **({"logprobs": []} if message else {})},
-            ),
-        ]
-        if message:
-            logprobs = part.get("logprobs") or []
-            if text:
-                events.append(event("response.output_text.delta", **in_part, delta=text, logprobs=logprobs))
-            events.append(event("response.output_text.done", **in_part, text=text, logprobs=logprobs))
-        else:
-            if text:
-                events.append(event("response.reasoning_text.delta", **in_part, delta=text))
-            events.append(event("response.reasoning_text.done", **in_part, text=text))
-        events.append(event("response.content_part.done", **in_part, part=part))
-    events.append(event("response.output_item.done", output_index=index, item=item))
-    return events
+    events = ResponseEvents(
+        response.model_copy(update={"status": "in_progress", "output": [], "usage": None, "error": None})
+    )
+    replay = events.start()
+    for item in response.output:
+        replay += events.whole_item(item)
+    return replay + events.ended(response)

@@ -608,3 +608,17 @@ async def test_resuming_a_stream_is_checked_before_it_starts(http: httpx.AsyncCl
     assert_error(reply, 400, "invalid_request_error", param="starting_after")
     reply = await http.get("/v1/responses/resp_none", params={"stream": "true"})
     assert_error(reply, 404, "invalid_request_error", code="response_not_found")
+
+
+async def test_a_failed_background_response_streams_again_as_an_error_then_response_failed(
+    sdk: openai.AsyncOpenAI, client: ScriptedClient
+) -> None:
+    from proxy.errors import ServiceUnavailableError
+
+    client.script(said("Hello", " world"), error=ServiceUnavailableError("Triton went away"), error_after=1)
+    queued = await sdk.responses.create(model=MODEL, input="x", background=True)
+    events = [event async for event in await sdk.responses.retrieve(queued.id, stream=True)]
+    assert [event.type for event in events[-2:]] == ["error", "response.failed"]
+    assert events[-2].message == "Triton went away"  # type: ignore[union-attr]
+    assert events[-1].response.status == "failed"  # type: ignore[union-attr]
+    assert [event.sequence_number for event in events] == list(range(len(events)))
