@@ -161,7 +161,7 @@ class Handlers:
             if starting_after is not None and not starting_after.isdigit():
                 raise InvalidRequestError("starting_after must be a sequence number", param="starting_after")
             after = None if starting_after is None else int(starting_after)
-            return EventStreamResponse(self._responses.replay(response_id, owner, after), named=True)
+            return EventStreamResponse(self._responses.resume(response_id, owner, after), named=True, may_be_empty=True)
         if starting_after is not None:
             raise InvalidRequestError("starting_after needs stream=true", param="starting_after")
         return _json(await self._responses.get(response_id, owner))

@@ -193,7 +193,8 @@ def _stored_responses() -> dict[str, Any]:
     return {
         "/v1/responses/{response_id}": {
             "get": route(
-                "A stored response; with `stream=true`, its events once it has ended, those after `starting_after`",
+                "A stored response; with `stream=true`, its events after `starting_after` (a streamed background"
+                " response's as they come)",
                 Response,
                 "400",
                 query=replaying,

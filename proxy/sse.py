@@ -51,12 +51,14 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, chunks: AsyncGenerator[BaseModel], *, named: bool = False) -> None:
+    def __init__(self, chunks: AsyncGenerator[BaseModel], *, named: bool = False, may_be_empty: bool = False) -> None:
+        """``may_be_empty``: a stream with no event is an answer (a resumed one that had ended), not an error."""
         self.status_code = 200
         self.background = None
         self.init_headers(_HEADERS)
         self._chunks = chunks
         self._named = named
+        self._may_be_empty = may_be_empty
         self._frame = named_frame if named else frame
         self._done = b"" if named else DONE
         self._next_sequence = 0  # a Responses stream's: the error event an unreported failure gets
@@ -73,9 +75,11 @@ class EventStreamResponse(Response):
         try:
             async with aclosing(self._chunks), cancelled_on_disconnect(receive):
                 try:
-                    first = await anext(self._chunks)
+                    first: BaseModel | None = await anext(self._chunks)
                 except StopAsyncIteration:
-                    raise ProxyError("the generation produced no output") from None
+                    if not self._may_be_empty:
+                        raise ProxyError("the generation produced no output") from None
+                    first = None
                 await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
                 started = True
                 await self._stream(first, send)
@@ -83,10 +87,11 @@ class EventStreamResponse(Response):
             if not started:
                 raise  # answered 499, for the logs and metrics
 
-    async def _stream(self, first: BaseModel, send: Send) -> None:
+    async def _stream(self, first: BaseModel | None, send: Send) -> None:
         """``first`` and the rest; an error mid-stream becomes an error event before [DONE]."""
         try:
-            await send({"type": "http.response.body", "body": self._framed(first), "more_body": True})
+            if first is not None:
+                await send({"type": "http.response.body", "body": self._framed(first), "more_body": True})
             async for chunk in self._chunks:
                 await send({"type": "http.response.body", "body": self._framed(chunk), "more_body": True})
         except Exception as exc:

@@ -189,8 +189,6 @@ def refuse_unsupported(request: ResponsesRequest) -> None:
             raise _unsupported(f"include {include!r} is not supported (supported: {supported})", f"include.{index}")
     if request.background and not request.store:
         raise InvalidRequestError("background responses are stored: send store true", param="background")
-    if request.background and request.stream:
-        raise _unsupported("streaming a background response is not supported; poll GET /v1/responses/{id}", "stream")
 
 
 @dataclass(frozen=True)

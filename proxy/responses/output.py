@@ -148,9 +148,10 @@ class _OpenItem:
 class ResponseEvents:
     """Turns a chat stream's chunks into the Responses event sequence."""
 
-    def __init__(self, draft: Response) -> None:
+    def __init__(self, draft: Response, first_sequence: int = 0) -> None:
+        """``first_sequence``: the number of the first event (after those another writer sent)."""
         self._draft = draft
-        self._sequence = 0
+        self._sequence = first_sequence
         self._done: list[OutputItem] = []
         self._open: _OpenItem | None = None
         self._calls: dict[int, _OpenItem] = {}  # by the chat stream's tool-call index
@@ -166,9 +167,11 @@ class ResponseEvents:
         return response.model_dump(mode="json")
 
     def start(self) -> list[ResponseEvent]:
+        """``response.created`` as drafted (a background one is queued), then ``response.in_progress``."""
+        running = self._draft.model_copy(update={"status": "in_progress"})
         return [
             self._event("response.created", response=self._response(self._draft)),
-            self._event("response.in_progress", response=self._response(self._draft)),
+            self._event("response.in_progress", response=self._response(running)),
         ]
 
     def chunk(self, chunk: ChatCompletionChunk) -> list[ResponseEvent]:

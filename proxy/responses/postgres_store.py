@@ -35,6 +35,14 @@ _WRITE_LOCK = 0x6C6C_6774_7274
 CONNECT_TIMEOUT_S = 5
 POOL_SIZE = 8
 
+# A streamed background response's events, for readers on any proxy; they count towards its size.
+_EVENTS_SCHEMA = """CREATE TABLE IF NOT EXISTS llgtriton_response_events (
+    response_id TEXT NOT NULL REFERENCES llgtriton_responses (id) ON DELETE CASCADE,
+    sequence_number INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    PRIMARY KEY (response_id, sequence_number)
+)"""
+
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS llgtriton_responses (
         seq BIGSERIAL PRIMARY KEY,  -- insertion order: the tie-break among equal created_at when evicting
@@ -50,6 +58,7 @@ _SCHEMA = [
     )""",
     "CREATE INDEX IF NOT EXISTS llgtriton_responses_expires_at ON llgtriton_responses (expires_at)",
     "CREATE INDEX IF NOT EXISTS llgtriton_responses_created_at ON llgtriton_responses (created_at, seq)",
+    _EVENTS_SCHEMA,
     "CREATE TABLE IF NOT EXISTS llgtriton_schema (version INTEGER NOT NULL)",
 ]
 
@@ -97,12 +106,13 @@ def _migrate(connection: psycopg.Connection[Any], url: str) -> None:
             raise StoreUnavailableError(
                 f"the Responses store {display_url(url)} has schema {row[0]}, newer than this server's"
             )
-        elif row[0] < SCHEMA_VERSION:  # (version 1 had no heartbeat_at)
+        elif row[0] < SCHEMA_VERSION:  # (version 1 had no heartbeat_at, 2 no event logs)
             connection.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
             connection.execute(
                 "ALTER TABLE llgtriton_responses"
                 " ADD COLUMN IF NOT EXISTS heartbeat_at DOUBLE PRECISION NOT NULL DEFAULT 0"
             )
+            connection.execute(_EVENTS_SCHEMA)
             connection.execute("UPDATE llgtriton_schema SET version = %s", (SCHEMA_VERSION,))
 
 
@@ -172,7 +182,12 @@ class PostgresResponseStore:
         """Prune, evict the oldest until it fits, then upsert."""
         now = time.time()
         response, input_items = _dumps(stored.response), _dumps(stored.input_items)
-        size = len(response) + len(input_items)
+        cursor = await connection.execute(
+            "SELECT COALESCE(SUM(LENGTH(event)), 0) AS logged FROM llgtriton_response_events WHERE response_id = %s",
+            (stored.id,),
+        )
+        logged = await cursor.fetchone()
+        size = len(response) + len(input_items) + (int(logged["logged"]) if logged is not None else 0)
         if size > self._share:
             raise ValueError(f"the response and its input take {size} bytes, more than a key's {self._share}")
         await connection.execute("DELETE FROM llgtriton_responses WHERE expires_at <= %s", (now,))
@@ -271,16 +286,16 @@ class PostgresResponseStore:
         return await self._run(work)
 
     async def touch(self, response_id: str, owner: str) -> str | None:
-        async def work(connection: _Connection) -> str | None:
-            now = time.time()
-            await connection.execute(
-                """UPDATE llgtriton_responses SET heartbeat_at = %s
-                WHERE id = %s AND owner = %s AND expires_at > %s AND status = ANY(%s)""",
-                (now, response_id, owner, now, sorted(ACTIVE)),
-            )
-            return await self._status_of(connection, response_id, owner)
+        return await self._run(lambda connection: self._touched(connection, response_id, owner))
 
-        return await self._run(work)
+    async def _touched(self, connection: _Connection, response_id: str, owner: str) -> str | None:
+        now = time.time()
+        await connection.execute(
+            """UPDATE llgtriton_responses SET heartbeat_at = %s
+            WHERE id = %s AND owner = %s AND expires_at > %s AND status = ANY(%s)""",
+            (now, response_id, owner, now, sorted(ACTIVE)),
+        )
+        return await self._status_of(connection, response_id, owner)
 
     async def _status_of(self, connection: _Connection, response_id: str, owner: str) -> str | None:
         cursor = await connection.execute(
@@ -302,6 +317,38 @@ class PostgresResponseStore:
                 stale = replace(_stored(row), status="failed", response=response)
                 await self._write(connection, stale)
                 return stale
+
+        return await self._run(work)
+
+    async def append_events(self, response_id: str, owner: str, events: list[dict[str, Any]]) -> str | None:
+        rows = [(response_id, event["sequence_number"], _dumps(event)) for event in events]
+
+        async def work(connection: _Connection) -> str | None:
+            async with connection.transaction():
+                if await self._select(connection, response_id, owner, time.time()) is None:
+                    return None
+                added = 0
+                for row in rows:
+                    cursor = await connection.execute(
+                        "INSERT INTO llgtriton_response_events VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", row
+                    )
+                    added += cursor.rowcount * len(row[2])
+                await connection.execute(
+                    "UPDATE llgtriton_responses SET size = size + %s WHERE id = %s", (added, response_id)
+                )
+            return await self._touched(connection, response_id, owner)
+
+        return await self._run(work)
+
+    async def events(self, response_id: str, owner: str, after: int, limit: int | None = None) -> list[dict[str, Any]]:
+        async def work(connection: _Connection) -> list[dict[str, Any]]:
+            cursor = await connection.execute(
+                """SELECT event FROM llgtriton_response_events JOIN llgtriton_responses ON id = response_id
+                WHERE response_id = %s AND owner = %s AND expires_at > %s AND sequence_number > %s
+                ORDER BY sequence_number LIMIT %s""",
+                (response_id, owner, time.time(), after, limit),
+            )
+            return [json.loads(row["event"]) async for row in cursor]
 
         return await self._run(work)
 

@@ -10,16 +10,18 @@ the one record. Who may read it is the caller's API key (``owner``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from proxy.errors import InvalidRequestError, NotFoundError, ProxyError, StoreUnavailableError, as_proxy_error
 from proxy.protocol import ChatCompletionRequest, StreamOptions, now
 from proxy.responses.conversation import ChatPlan, chat_request, parse_items, refuse_unsupported, renamed, stored_items
+from proxy.responses.live import FINAL_EVENTS, LiveEvents
 from proxy.responses.output import (
     ResponseEvent,
     ResponseEvents,
@@ -88,6 +90,7 @@ class Responses:
         self._stale_after_s = stale_after_s
         self._opened: ResponseStore | None = None
         self._background: dict[str, asyncio.Task[None]] = {}
+        self._live: dict[str, LiveEvents] = {}  # the streamed background responses running here
 
     @property
     def _store(self) -> ResponseStore:
@@ -169,8 +172,13 @@ class Responses:
         """The event stream. Whatever goes wrong before the first chunk arrives (a bad constraint, a
         full queue) is an HTTP error; after it, an ``error`` and a ``response.failed`` event."""
         prepared = await self._prepare(request, owner)
-        chat = prepared.chat.request.model_copy(update={"stream_options": StreamOptions(include_usage=True)})
-        chunks = self._generations.chat_stream(chat)
+        if request.background:
+            # Its events outlive this stream: a client that drops it resumes them, here or on another proxy.
+            draft = await self._start_background(prepared, request, streamed=True)
+            async for event in self.resume(draft.id, owner, None):
+                yield event
+            return
+        chunks = self._generations.chat_stream(_streamed(prepared.chat.request))
         try:
             first = await anext(chunks)
         except ProxyError as exc:
@@ -197,24 +205,98 @@ class Responses:
         for event in ended:  # a stream always ends with its final event
             yield event
 
-    async def _start_background(self, prepared: _Prepared, request: ResponsesRequest) -> Response:
+    async def _start_background(
+        self, prepared: _Prepared, request: ResponsesRequest, streamed: bool = False
+    ) -> Response:
+        """Store it queued and start it. A ``streamed`` one logs its events, the first ones before this returns:
+        a reader anywhere then finds a log to follow."""
         # Refused now, not failed later: the constraint and the tools are checked before it is queued.
         try:
             await asyncio.to_thread(chat_generation, prepared.chat.request)
         except ProxyError as exc:
             raise renamed(exc) from None
         await self._keep(prepared, prepared.draft, request)
+        response_id = prepared.draft.id
+        run: Callable[[], Awaitable[None]] = lambda: self._generate_in_background(prepared)  # noqa: E731
+        if streamed:
+            events, live = ResponseEvents(prepared.draft), LiveEvents()
+            live.add(events.start())
+            try:
+                await self._store.append_events(response_id, prepared.owner, _dumped(live.since(0)))
+            except StoreUnavailableError:
+                await self._forget(response_id, prepared.owner)
+                raise
+            self._live[response_id] = live
+            run = lambda: self._stream_in_background(prepared, events, live)  # noqa: E731
         free_slot = self._generations.slots.handed_over()  # counted as the generation it is, until it ends
-        task = asyncio.create_task(self._run_background(prepared, free_slot), name=f"background {prepared.draft.id}")
-        self._background[prepared.draft.id] = task
-        task.add_done_callback(lambda _: self._background.pop(prepared.draft.id, None))
+        task = asyncio.create_task(self._run_background(run, free_slot), name=f"background {response_id}")
+        self._background[response_id] = task
+
+        def ended(_: object) -> None:
+            self._background.pop(response_id, None)
+            live = self._live.pop(response_id, None)
+            if live is not None:
+                live.end()
+
+        task.add_done_callback(ended)
         return prepared.draft
 
-    async def _run_background(self, prepared: _Prepared, free_slot: Callable[[], None]) -> None:
+    async def _forget(self, response_id: str, owner: str) -> None:
+        """Take back a response that could not be started (best effort: else it is found stale later)."""
+        with contextlib.suppress(StoreUnavailableError):
+            await self._store.delete(response_id, owner)
+
+    async def _run_background(self, run: Callable[[], Awaitable[None]], free_slot: Callable[[], None]) -> None:
         try:
-            await self._generate_in_background(prepared)
+            await run()
         finally:
             free_slot()
+
+    async def _stream_in_background(self, prepared: _Prepared, events: ResponseEvents, live: LiveEvents) -> None:
+        """Generate as a stream, each chunk's events into ``live`` at once and into the store every
+        ``CANCEL_POLL_S`` (which also shows that this proxy is alive and finds a cancel from elsewhere)."""
+        draft = prepared.draft.model_copy(update={"status": "in_progress"})
+        await self._finish(prepared, draft)
+        generation = asyncio.create_task(self._stream_events(prepared, events, live))
+        sent = len(live)
+        try:
+            while not generation.done():
+                await asyncio.wait({generation}, timeout=CANCEL_POLL_S)
+                sent, status = await self._send_events(prepared, live, sent)
+                if status is None or status == "cancelled":  # cancelled by another process (or evicted)
+                    generation.cancel()
+            response = generation.result()
+        except asyncio.CancelledError:
+            generation.cancel()
+            return
+        await self._send_events(prepared, live, sent)  # its final events before its final state
+        await self._finish(prepared, response)
+
+    async def _stream_events(self, prepared: _Prepared, events: ResponseEvents, live: LiveEvents) -> Response:
+        chunks = self._generations.chat_stream(_streamed(prepared.chat.request))
+        try:
+            async for chunk in chunks:
+                live.add(events.chunk(chunk))
+        except Exception as exc:
+            logger.warning("background response %s failed: %s", prepared.draft.id, exc)
+            ended, response = events.fail(renamed(as_proxy_error(exc)))
+        else:
+            ended, response = events.finish()
+        finally:
+            await chunks.aclose()
+        live.add(ended)
+        return response
+
+    async def _send_events(self, prepared: _Prepared, live: LiveEvents, sent: int) -> tuple[int, str | None]:
+        """Log the events the store lacks; how many it has now, and the response's status there."""
+        unsent = live.since(sent)
+        try:
+            if unsent:
+                status = await self._store.append_events(prepared.draft.id, prepared.owner, _dumped(unsent))
+                return sent + len(unsent), status
+            return sent, await self._store.touch(prepared.draft.id, prepared.owner)
+        except StoreUnavailableError:  # (logged by the store) sent again next time; the generation goes on
+            return sent, "in_progress"
 
     async def _generate_in_background(self, prepared: _Prepared) -> None:
         draft = prepared.draft.model_copy(update={"status": "in_progress"})
@@ -294,16 +376,52 @@ class Responses:
     async def get(self, response_id: str, owner: str) -> Response:
         return Response.model_validate((await self._stored(response_id, owner)).response)
 
-    async def replay(self, response_id: str, owner: str, starting_after: int | None) -> AsyncGenerator[ResponseEvent]:
-        """A stored response's events once it has ended (a background one is waited for), after
-        ``starting_after``: what a client whose stream broke resumes from."""
-        stored = await self._stored(response_id, owner)
-        while stored.status in ACTIVE:  # ended by its proxy, a cancel, or found stale
-            await asyncio.sleep(CANCEL_POLL_S)
-            stored = await self._stored(response_id, owner)
-        for event in replayed(Response.model_validate(stored.response)):
-            if starting_after is None or event.sequence_number > starting_after:
+    async def resume(self, response_id: str, owner: str, starting_after: int | None) -> AsyncGenerator[ResponseEvent]:
+        """A stored response's events after ``starting_after``: what a client whose stream broke resumes from.
+
+        A streamed background response's are its logged events, live while it runs (from memory on the
+        proxy running it, from the store elsewhere); any other response's are made from it once it has
+        ended (a background one is waited for)."""
+        after = -1 if starting_after is None else starting_after
+        stored = await self._stored(response_id, owner)  # a 404 before the stream starts
+        live = self._live.get(response_id)
+        if live is not None:
+            async for event in live.follow(after):
                 yield event
+                after = event.sequence_number
+                if event.type in FINAL_EVENTS:
+                    return
+        elif not await self._store.events(response_id, owner, -1, limit=1):
+            while stored.status in ACTIVE:  # ended by its proxy, a cancel, or found stale
+                await asyncio.sleep(CANCEL_POLL_S)
+                stored = await self._stored(response_id, owner)
+            for event in replayed(Response.model_validate(stored.response)):
+                if event.sequence_number > after:
+                    yield event
+            return
+        async for event in self._logged(response_id, owner, after):
+            yield event
+
+    async def _logged(self, response_id: str, owner: str, after: int) -> AsyncGenerator[ResponseEvent]:
+        """Follow a response's event log in the store. One that ended without its final event logged
+        (cancelled, or its proxy died) ends with the events of its stored state, numbered on."""
+        while True:
+            stored = await self._stored(response_id, owner)  # read first: once ended, its log is whole
+            for dumped in await self._store.events(response_id, owner, after):
+                event = ResponseEvent.model_validate(dumped)
+                yield event
+                after = event.sequence_number
+                if event.type in FINAL_EVENTS:
+                    return
+            if stored.status not in ACTIVE:
+                break
+            await asyncio.sleep(CANCEL_POLL_S)
+        log = await self._store.events(response_id, owner, -1)
+        if log and log[-1]["type"] in FINAL_EVENTS:  # it was all sent before ``starting_after``
+            return
+        response = Response.model_validate(stored.response)
+        for event in ResponseEvents(response, first_sequence=after + 1).ended(response):
+            yield event
 
     async def delete(self, response_id: str, owner: str) -> DeletedResponse:
         if not await self._store.delete(response_id, owner):
@@ -348,6 +466,14 @@ class Responses:
         opened, self._opened = self._opened, None  # (an app started again opens it again)
         if opened is not None:
             await opened.close()
+
+
+def _streamed(chat: ChatCompletionRequest) -> ChatCompletionRequest:
+    return chat.model_copy(update={"stream_options": StreamOptions(include_usage=True)})
+
+
+def _dumped(events: list[ResponseEvent]) -> list[dict[str, Any]]:
+    return [event.model_dump(mode="json") for event in events]
 
 
 def _record(prepared: _Prepared, response: Response) -> StoredResponse:

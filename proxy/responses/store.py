@@ -1,7 +1,7 @@
 """Stored responses of the Responses API (``store``, ``previous_response_id``, background responses).
 
 ``SQLiteResponseStore`` keeps them in one SQLite file in WAL mode, so the proxy's worker processes on one host
-share it. Several hosts need a shared server instead: another class with these same methods (e.g. on PostgreSQL).
+share it. Several hosts share :class:`~proxy.responses.postgres_store.PostgresResponseStore` instead.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 ACTIVE = frozenset({"queued", "in_progress"})
 
-SCHEMA_VERSION = 2  # 2: heartbeat_at
+SCHEMA_VERSION = 3  # 2: heartbeat_at; 3: response_events
 BUSY_TIMEOUT_S = 5.0
 
 _T = TypeVar("_T")
@@ -44,6 +44,17 @@ CREATE TABLE responses (
 );
 CREATE INDEX responses_expires_at ON responses (expires_at);
 CREATE INDEX responses_created_at ON responses (created_at, seq);
+"""
+
+# The events of a background response streamed as it runs, so that a reader on any proxy can resume them.
+# They count towards their response's size and go with it.
+_EVENTS_SCHEMA = """
+CREATE TABLE response_events (
+    response_id TEXT NOT NULL REFERENCES responses (id) ON DELETE CASCADE,
+    sequence_number INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    PRIMARY KEY (response_id, sequence_number)
+) WITHOUT ROWID
 """
 
 
@@ -86,6 +97,13 @@ class ResponseStore(Protocol):
     ) -> StoredResponse | None:
         """If ACTIVE and nothing wrote or touched it since ``heard_before`` (unix seconds): status
         "failed" with ``response``, returned; otherwise ``None``."""
+
+    async def append_events(self, response_id: str, owner: str, events: list[dict[str, Any]]) -> str | None:
+        """Add to a response's event log (each event has its ``sequence_number``; one already there is
+        kept), and note its proxy is alive as :meth:`touch` does; its status, as :meth:`status`."""
+
+    async def events(self, response_id: str, owner: str, after: int, limit: int | None = None) -> list[dict[str, Any]]:
+        """The logged events numbered above ``after``, in order, at most ``limit``; [] as for :meth:`get`."""
 
     async def close(self) -> None: ...
 
@@ -167,6 +185,7 @@ class SQLiteResponseStore:
             if mode != "wal":
                 raise RuntimeError(f"{path}: SQLite cannot use WAL journal mode here (got {mode!r})")
             self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute("PRAGMA foreign_keys = ON")  # a response's events go with it
             self._migrate(path)
         except BaseException:
             self._conn.close()
@@ -184,6 +203,8 @@ class SQLiteResponseStore:
                         self._conn.execute(statement)
             elif version == 1:  # every response of version 1 counts as unheard of since long ago
                 self._conn.execute("ALTER TABLE responses ADD COLUMN heartbeat_at REAL NOT NULL DEFAULT 0")
+            if version < 3:
+                self._conn.execute(_EVENTS_SCHEMA)
             self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _transaction(self) -> _Transaction:
@@ -214,7 +235,10 @@ class SQLiteResponseStore:
     def _write(self, stored: StoredResponse, now: float) -> None:
         """Prune, evict the oldest until it fits, then upsert. Inside a transaction."""
         response, input_items = _dumps(stored.response), _dumps(stored.input_items)
-        size = len(response) + len(input_items)  # ASCII only (_dumps), so characters are bytes
+        (logged,) = self._conn.execute(
+            "SELECT COALESCE(SUM(LENGTH(event)), 0) FROM response_events WHERE response_id = ?", (stored.id,)
+        ).fetchone()
+        size = len(response) + len(input_items) + logged  # ASCII only (_dumps), so characters are bytes
         if size > self._share:
             raise ValueError(f"the response and its input take {size} bytes, more than a key's {self._share}")
         pruned = self._conn.execute("DELETE FROM responses WHERE expires_at <= ?", (now,)).rowcount
@@ -323,6 +347,29 @@ class SQLiteResponseStore:
             self._write(stale, now)
             return stale
 
+    def _append_events(self, response_id: str, owner: str, events: list[dict[str, Any]]) -> str | None:
+        rows = [(response_id, event["sequence_number"], _dumps(event)) for event in events]
+        with self._transaction():
+            if self._select(response_id, owner, time.time()) is None:
+                return None
+            added = 0
+            for row in rows:
+                added += self._conn.execute(
+                    "INSERT INTO response_events VALUES (?, ?, ?) ON CONFLICT DO NOTHING", row
+                ).rowcount * len(row[2])
+            self._conn.execute("UPDATE responses SET size = size + ? WHERE id = ?", (added, response_id))
+        return self._touch(response_id, owner)
+
+    def _events(self, response_id: str, owner: str, after: int, limit: int | None) -> list[dict[str, Any]]:
+        if self._select(response_id, owner, time.time()) is None:
+            return []
+        rows = self._conn.execute(
+            """SELECT event FROM response_events WHERE response_id = ? AND sequence_number > ?
+            ORDER BY sequence_number LIMIT ?""",
+            (response_id, after, -1 if limit is None else limit),
+        )
+        return [json.loads(event) for (event,) in rows]
+
     def _close(self) -> None:
         self._conn.close()
 
@@ -353,6 +400,12 @@ class SQLiteResponseStore:
         self, response_id: str, owner: str, heard_before: float, response: dict[str, Any]
     ) -> StoredResponse | None:
         return await self._run(lambda: self._fail_stale(response_id, owner, heard_before, response))
+
+    async def append_events(self, response_id: str, owner: str, events: list[dict[str, Any]]) -> str | None:
+        return await self._run(lambda: self._append_events(response_id, owner, events))
+
+    async def events(self, response_id: str, owner: str, after: int, limit: int | None = None) -> list[dict[str, Any]]:
+        return await self._run(lambda: self._events(response_id, owner, after, limit))
 
     async def close(self) -> None:
         await self._run(self._close)

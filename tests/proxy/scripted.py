@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncGenerator, Sequence
+import socket
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import httpx
+import uvicorn
 from starlette.applications import Starlette
 
 from llgtriton import wire
@@ -71,6 +74,26 @@ def scripted_app(client: ScriptedClient, **proxy_settings: Any) -> Starlette:
 def http_client(app: Starlette, *, raise_app_exceptions: bool = True) -> httpx.AsyncClient:
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
     return httpx.AsyncClient(transport=transport, base_url=BASE_URL)
+
+
+@contextlib.asynccontextmanager
+async def served(app: Starlette) -> AsyncIterator[str]:
+    """``app`` behind uvicorn on a free port, in this event loop; its base URL. Unlike the in-process
+    transport, which hands over a body once it is whole, a client reads a stream here as it is written."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
 
 
 def tool(name: str) -> dict[str, Any]:

@@ -294,7 +294,53 @@ def test_a_version_1_sqlite_store_is_migrated_and_its_active_records_count_as_un
     stale = asyncio.run(read_back())
     assert stale is not None and stale.status == "failed"
     with contextlib.closing(sqlite3.connect(db_path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+
+
+def events(*numbers: int, text: str = "x") -> list[dict[str, Any]]:
+    return [{"type": "response.output_text.delta", "sequence_number": n, "delta": text} for n in numbers]
+
+
+async def test_an_event_log_is_read_in_order_after_a_number_and_only_by_its_owner(store: ResponseStore) -> None:
+    await store.put(record(status="in_progress"))
+    assert await store.append_events("resp_1", ALICE, events(0, 1)) == "in_progress"
+    assert await store.append_events("resp_1", ALICE, events(1, 2, 3, text="again")) == "in_progress"  # 1 is kept
+    assert await store.events("resp_1", ALICE, -1) == [*events(0, 1), *events(2, 3, text="again")]
+    assert [event["sequence_number"] for event in await store.events("resp_1", ALICE, 1)] == [2, 3]
+    assert await store.events("resp_1", ALICE, -1, limit=1) == events(0)
+    assert await store.events("resp_1", BOB, -1) == []
+    assert await store.append_events("resp_1", BOB, events(4)) is None  # another key's
+    assert await store.append_events("resp_none", ALICE, events(0)) is None
+    assert len(await store.events("resp_1", ALICE, -1)) == 4
+
+
+async def test_appending_events_is_a_sign_of_life_and_tells_a_cancel(store: ResponseStore) -> None:
+    await store.put(record(status="in_progress"))
+    quiet_since = time.time()
+    await asyncio.sleep(0.01)
+    await store.append_events("resp_1", ALICE, events(0))
+    assert await store.fail_stale("resp_1", ALICE, quiet_since, {"status": "failed"}) is None
+    await store.cancel("resp_1", ALICE, {"status": "cancelled"})
+    assert await store.append_events("resp_1", ALICE, events(1)) == "cancelled"
+
+
+async def test_a_responses_events_go_with_it_and_count_towards_its_size(store_location: Path | str) -> None:
+    a = record("resp_a", created_at=100, status="in_progress")
+    b = record("resp_b", created_at=200)
+    store = open_store(store_location, max_bytes=2 * size_of(a) + 300)
+    try:
+        await store.put(a)
+        await store.append_events("resp_a", ALICE, events(0, 1, 2, text="y" * 100))
+        await store.put(b)  # a's record alone would leave room; with its events it does not
+        assert await store.get("resp_a", ALICE) is None and await store.get("resp_b", ALICE) == b
+        assert await store.events("resp_a", ALICE, -1) == []
+        await store.put(record("resp_c", created_at=300, status="in_progress"))
+        await store.append_events("resp_c", ALICE, events(0))
+        assert await store.delete("resp_c", ALICE)
+        await store.put(record("resp_c", created_at=300, status="in_progress"))  # the same id again: a new log
+        assert await store.events("resp_c", ALICE, -1) == []
+    finally:
+        await store.close()
 
 
 async def test_records_survive_a_restart(store_location: Path | str) -> None:

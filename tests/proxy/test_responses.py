@@ -4,6 +4,7 @@ served as, the response and its stream as the official SDK reads them, and store
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from starlette.applications import Starlette
 
 from llgtriton import wire
 from llgtriton.wire import GuideType
-from tests.proxy.scripted import BASE_URL, MODEL, ScriptedClient, assert_error, http_client, scripted_app
+from tests.proxy.scripted import BASE_URL, MODEL, ScriptedClient, assert_error, http_client, scripted_app, served
 from tests.support.postgres import PostgresServer
 
 WEATHER_TOOL = {
@@ -589,6 +590,122 @@ async def test_a_stored_response_streams_again_and_resumes_after_a_sequence_numb
     resumed = [event async for event in await sdk.responses.retrieve(created.id, stream=True, starting_after=4)]
     assert [event.sequence_number for event in resumed] == list(range(5, len(events)))
     assert [event.type for event in resumed] == [event.type for event in events[5:]]
+
+
+class Gated(ScriptedClient):
+    """Writes its first output, then the rest once ``go`` is set: a generation still running while a test looks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def generate(self, request: wire.GenerationRequest, request_id: str) -> Any:
+        first = True
+        async for output in super().generate(request, request_id):
+            if not first:
+                await self.go.wait()
+            first = False
+            yield output
+
+
+@contextlib.asynccontextmanager
+async def live_sdk(app: Starlette) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The SDK in front of ``app`` served for real, so that a stream is read while it is written."""
+    async with (
+        served(app) as base_url,
+        openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0) as sdk,
+    ):
+        yield sdk
+
+
+def texts_of(events: list[Any]) -> str:
+    return "".join(event.delta for event in events if event.type == "response.output_text.delta")
+
+
+async def test_a_streamed_background_response_is_streamed_live_and_resumed_after_a_drop(store: Path) -> None:
+    gated = Gated()
+    gated.script(said("Hello", " wide", " world"))
+    async with live_sdk(scripted_app(gated, responses_store=store)) as sdk:
+        seen = []
+        async for event in await sdk.responses.create(model=MODEL, input="x", background=True, stream=True):
+            seen.append(event)
+            if event.type == "response.output_text.delta":
+                break  # the client's connection drops while the model is still writing
+        assert [event.type for event in seen[:2]] == ["response.created", "response.in_progress"]
+        assert seen[0].response.status == "queued" and seen[0].response.background  # type: ignore[union-attr]
+        response_id = seen[0].response.id  # type: ignore[union-attr]
+        assert (await sdk.responses.retrieve(response_id)).status == "in_progress"  # it goes on without the client
+
+        gated.go.set()
+        last = seen[-1].sequence_number
+        resumed = [event async for event in await sdk.responses.retrieve(response_id, stream=True, starting_after=last)]
+        numbers = [event.sequence_number for event in [*seen, *resumed]]
+        assert numbers == list(range(len(numbers)))
+        assert texts_of([*seen, *resumed]) == "Hello wide world"
+        assert resumed[-1].type == "response.completed"
+        done = await wait_until_done(sdk, response_id)
+        assert done.output_text == "Hello wide world" and resumed[-1].response == done
+
+        # Once it has ended, the same events again (not a replay made up from the result).
+        again = [event async for event in await sdk.responses.retrieve(response_id, stream=True)]
+        assert [event.model_dump() for event in again] == [event.model_dump() for event in [*seen, *resumed]]
+        after_all = await sdk.responses.retrieve(response_id, stream=True, starting_after=numbers[-1])
+        assert [event async for event in after_all] == []
+
+
+async def test_a_streamed_background_response_is_followed_live_through_another_proxy(
+    store_location: Path | str,
+) -> None:
+    """As behind a load balancer: the stream resumes on a proxy that is not the one generating."""
+    gated = Gated()
+    gated.script(said("Hello", " wide", " world"))
+    running, other = (scripted_app(client, responses_store=store_location) for client in (gated, ScriptedClient()))
+    async with live_sdk(running) as on_running, live_sdk(other) as on_other:
+        stream = await on_running.responses.create(model=MODEL, input="x", background=True, stream=True)
+        created = await anext(aiter(stream))
+        await stream.close()
+        follower = await on_other.responses.retrieve(created.response.id, stream=True, starting_after=0)  # type: ignore[union-attr]
+        followed = []
+        async for event in follower:
+            followed.append(event)
+            if texts_of(followed) == "Hello":  # seen through the store while the model is still writing
+                assert (await on_other.responses.retrieve(created.response.id)).status == "in_progress"  # type: ignore[union-attr]
+                gated.go.set()
+        assert [event.sequence_number for event in followed] == list(range(1, len(followed) + 1))
+        assert texts_of(followed) == "Hello wide world" and followed[-1].type == "response.completed"
+
+
+async def test_a_cancelled_streamed_background_response_ends_its_stream_with_its_state(store: Path) -> None:
+    gated = Gated()
+    gated.script(said("Hello", " world"))
+    async with live_sdk(scripted_app(gated, responses_store=store)) as sdk:
+        events = []
+        async for event in await sdk.responses.create(model=MODEL, input="x", background=True, stream=True):
+            events.append(event)
+            if event.type == "response.output_text.delta":
+                await sdk.responses.cancel(events[0].response.id)  # type: ignore[union-attr]
+        assert [event.sequence_number for event in events] == list(range(len(events)))
+        assert texts_of(events) == "Hello"
+        assert events[-1].type == "response.incomplete" and events[-1].response.status == "cancelled"
+
+
+async def test_a_streamed_background_response_with_a_bad_constraint_is_refused_before_it_starts(
+    http: httpx.AsyncClient, client: ScriptedClient
+) -> None:
+    reply = await http.post(
+        "/v1/responses",
+        json={
+            "model": MODEL,
+            "input": "x",
+            "background": True,
+            "stream": True,
+            "text": {
+                "format": {"type": "json_schema", "name": "bad", "schema": {"type": "object", "minProperties": "x"}}
+            },
+        },
+    )
+    assert_error(reply, 400, "invalid_request_error", param="text.format")
+    assert client.requests == []  # nothing was started
 
 
 async def test_streaming_a_background_response_waits_for_it_to_end(
