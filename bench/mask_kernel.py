@@ -36,9 +36,10 @@ import numpy as np
 import torch
 from torch.autograd import DeviceType  # type: ignore[attr-defined]
 
-from backend.kernels.cuda_masking import NAIVE_KERNELS, CudaBitmaskApplier
+from backend.kernels.cuda_masking import CudaBitmaskApplier
 from backend.kernels.launch_policy import GROUP_MASK_BYTES, LaunchPlan, PolicySettings
 from backend.masking import apply_token_bitmask_cpu
+from bench.plain_kernel import PLAIN_KERNELS, run_plain
 from bench.reports import host_cpu, write_report
 
 logger = logging.getLogger("bench.mask_kernel")
@@ -297,7 +298,7 @@ def measure_case(
     else:
         row["ours_us"] = row["ours_alone_us"]
     row |= {
-        "plain_us": gpu_time_us(functools.partial(applier.run_resident, work, stream_ptr, naive=True), repeats),
+        "plain_us": gpu_time_us(functools.partial(run_plain, applier, work, stream_ptr), repeats),
         "torch_us": gpu_time_us(functools.partial(apply_token_bitmask_cpu, work, masks_gpu), repeats),
     }
     # The host time in two forms: one tensor, and one [1, 1, vocab] view per request, as TensorRT-LLM
@@ -451,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     generator = torch.Generator().manual_seed(0)
     results: list[dict[str, Any]] = []
     for vocab in arguments.vocabs:
-        applier = CudaBitmaskApplier(device, max(arguments.batches), vocab, defines=[NAIVE_KERNELS])
+        applier = CudaBitmaskApplier(device, max(arguments.batches), vocab, defines=[PLAIN_KERNELS])
         calls_applier = CudaBitmaskApplier(device, max(arguments.batches), vocab, graphs=False)
         planned = {
             plan: CudaBitmaskApplier(device, max(arguments.batches), vocab, settings=PolicySettings(plan=plan))

@@ -57,8 +57,10 @@ def captured_graph(applier: CudaBitmaskApplier, logits: torch.Tensor, *, copy: b
     """A graph of the step's kernel, after its mask copy and the copy's event where asked (a
     diagnostic of what each node costs the graph launch: uses the applier's privates)."""
     driver = applier._driver
-    name, rows = applier._set_pointers(logits, False)
-    plan = applier._plan(name, rows, False)
+    step = applier._set_pointers(logits)
+    assert step is not None, "no rows"
+    kernel, rows = step
+    plan = applier._plan(kernel, rows)
 
     def enqueue(stream_ptr: int) -> None:
         if copy:
@@ -66,14 +68,16 @@ def captured_graph(applier: CudaBitmaskApplier, logits: torch.Tensor, *, copy: b
         if event:
             recorded = driver.lib.cuEventRecordWithFlags(applier._copied, stream_ptr, CU_EVENT_RECORD_EXTERNAL)
             driver.check(recorded, "cuEventRecord")
-        applier._launch(name, rows, stream_ptr, False, plan)
+        applier._launch(kernel, rows, stream_ptr, plan)
 
     return applier._capture_graph(enqueue)
 
 
 def step_graph(applier: CudaBitmaskApplier, logits: torch.Tensor) -> ctypes.c_void_p:
-    name, rows = applier._set_pointers(logits, False)
-    shape = (name, rows, applier._row_base, applier._row_stride, applier._plan(name, rows, False))
+    step = applier._set_pointers(logits)
+    assert step is not None, "no rows"
+    kernel, rows = step
+    shape = (kernel, rows, applier._row_base, applier._row_stride, applier._plan(kernel, rows))
     return applier._graphs[shape]
 
 
@@ -99,7 +103,7 @@ def measure(
     parts: dict[str, Callable[[], object]] = {
         "python": functools.partial(sum, range(256)),
         "ctypes": functools.partial(lib.cuCtxGetCurrent, ctypes.byref(holder)),
-        "pointers": functools.partial(ours._set_pointers, logits, False),
+        "pointers": functools.partial(ours._set_pointers, logits),
         "graph": functools.partial(lib.cuGraphLaunch, step_graph(ours, logits), stream_ptr),
         **{part: functools.partial(lib.cuGraphLaunch, graph, stream_ptr) for part, graph in graphs.items()},
         "apply": functools.partial(ours.apply, logits, stream_ptr),

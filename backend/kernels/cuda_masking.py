@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from backend.kernels.catalog import FLAT_KERNELS, KERNELS, SCAN_KERNELS, Kernel
 from backend.kernels.driver import (
     CU_EVENT_DISABLE_TIMING,
     CU_EVENT_RECORD_EXTERNAL,
@@ -30,22 +31,11 @@ from backend.kernels.driver import (
     CU_STREAM_NON_BLOCKING,
     Driver,
 )
-from backend.kernels.launch_policy import (
-    FLAT_KERNELS,
-    SCAN_KERNELS,
-    SERVING_KERNELS,
-    DeviceFacts,
-    Launch,
-    LaunchPlan,
-    LaunchPolicy,
-    PolicySettings,
-    element_bytes,
-)
+from backend.kernels.launch_policy import DeviceFacts, Launch, LaunchPlan, LaunchPolicy, PolicySettings
 from backend.kernels.mask_probe import DENSE, MaskDensityProbe
 from backend.kernels.row_addresses import request_rows, tensor_rows
 
 KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
-NAIVE_KERNELS = "LLGT_NAIVE_KERNELS"  # the define that builds the plain comparison kernels (benchmarks)
 _MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
 _MAX_SEEN = 4096  # shapes seen once, remembered to capture them when they come again
 _void_p = ctypes.c_void_p
@@ -54,7 +44,7 @@ _void_p = ctypes.c_void_p
 # A step shape, whose launches are captured as one graph: kernel, rows, row base and stride, and
 # the plan a chunked or small launch takes (LaunchPlan's value; None for the other kernels). (The
 # value, not the enum: hashing an enum member runs Python code, and a step looks its shape up.)
-_Shape = tuple[str, int, int, int, str | None]
+_Shape = tuple[Kernel, int, int, int, str | None]
 # A tensor's rows as a step hands them: address, shape, strides, dtype, the rows chosen (None: all).
 _TensorKey = tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype, tuple[int, ...] | None]
 
@@ -79,7 +69,6 @@ class CudaBitmaskApplier:
         from pycuda.compiler import compile as compile_cuda
 
         settings = settings or PolicySettings()
-        self._defines = tuple(defines)
         self._cuda = cuda
         cuda.init()
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -131,24 +120,25 @@ class CudaBitmaskApplier:
         self._primary_threads: set[int] = set()
         self._row_base, self._row_stride = 0, 0  # uniform rows: base + row * stride; stride 0: the array
         self._last_tensor: _TensorKey | None = None
-        self._last_kernel = ""
+        self._last_kernel = KERNELS[0]  # (read only once _last_tensor is set)
         self._last_rows = 0
 
-    def _load(self, cubin: bytes) -> dict[str, _void_p]:
+    def _load(self, cubin: bytes) -> dict[Kernel, _void_p]:
         """Load the compiled module (kept: its functions live as long as it does); look its kernels up."""
         module = _void_p()
         self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
         self._module = module
-        functions = {name: self._function(name) for name in sorted(SERVING_KERNELS)}
-        self._resident_blocks: dict[str, int] = {}  # blocks of each scan kernel all SMs hold at once
-        for name in sorted(SCAN_KERNELS):
+        self._named: dict[str, _void_p] = {}  # kernels run_named looked up
+        functions = {kernel: self.function(kernel.name) for kernel in KERNELS}
+        self._resident_blocks: dict[Kernel, int] = {}  # blocks of each scan kernel all SMs hold at once
+        for kernel in SCAN_KERNELS:
             per_sm = ctypes.c_int()
             result = self._driver.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                ctypes.byref(per_sm), functions[name], self._chunk_threads, 0
+                ctypes.byref(per_sm), functions[kernel], self._chunk_threads, 0
             )
             self._driver.check(result, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-            self._resident_blocks[name] = max(1, per_sm.value) * self._sms
-        flat = {name: functions[name] for name in FLAT_KERNELS}
+            self._resident_blocks[kernel] = max(1, per_sm.value) * self._sms
+        flat = {kernel.name: functions[kernel] for kernel in FLAT_KERNELS}
         bound = min(self._attribute(flat, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK).values())
         if self._flat_threads > bound:
             raise ValueError(
@@ -157,25 +147,17 @@ class CudaBitmaskApplier:
             )
         return functions
 
-    def _function(self, name: str) -> _void_p:
-        """The loaded module's kernel ``name``."""
+    def function(self, name: str) -> _void_p:
+        """The compiled module's kernel ``name`` (benchmarks look up kernels of their own builds so)."""
         function = _void_p()
         result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), self._module, name.encode())
-        self._driver.check(result, "cuModuleGetFunction")
-        return function
-
-    def _kernel_function(self, name: str) -> _void_p:
-        """A step's kernel; a naive comparison kernel (benchmarks only) is looked up the first time."""
-        function = self._functions.get(name)
-        if function is None:
-            if NAIVE_KERNELS not in self._defines:
-                raise ValueError(f"{name} is built only with defines=[NAIVE_KERNELS] (for benchmarks)")
-            function = self._functions[name] = self._function(name)
+        self._driver.check(result, f"cuModuleGetFunction({name})")
         return function
 
     def registers(self) -> dict[str, int]:
-        """Registers per thread of each kernel (they bound how many blocks an SM holds at once)."""
-        return self._attribute(self._functions, CU_FUNC_ATTRIBUTE_NUM_REGS)
+        """Registers per thread of each kernel, by name (they bound how many blocks an SM holds at once)."""
+        functions = {kernel.name: function for kernel, function in self._functions.items()}
+        return self._attribute(functions, CU_FUNC_ATTRIBUTE_NUM_REGS)
 
     def _attribute(self, functions: dict[str, _void_p], attribute: int) -> dict[str, int]:
         values = {}
@@ -254,8 +236,8 @@ class CudaBitmaskApplier:
     ) -> LaunchPlan | None:
         """The plan ``apply(logits, ...)`` would lay its launch out by, from a sample of the masks now
         in ``host_masks`` (None: that launch has one layout)."""
-        name, count = self._set_pointers(logits, naive=False, check_only=True, rows=rows)
-        plan = self._plan(name, count, naive=False) if count else None
+        step = self._set_pointers(logits, check_only=True, rows=rows)
+        plan = None if step is None else self._plan(*step)
         return None if plan is None else LaunchPlan(plan)
 
     # Launching --------------------------------------------------------------------------------
@@ -266,7 +248,6 @@ class CudaBitmaskApplier:
         stream_ptr: int,
         *,
         rows: Sequence[int] | None = None,
-        naive: bool = False,
     ) -> None:
         """Mask row ``i`` of ``logits`` with row ``i`` of ``host_masks``, queued on ``stream_ptr``.
 
@@ -276,11 +257,12 @@ class CudaBitmaskApplier:
         """
         if rows is not None and not isinstance(logits, torch.Tensor):
             raise ValueError("rows choose rows of one tensor; pick the tensors of a sequence instead")
-        name, count = self._set_pointers(logits, naive, rows=rows)
-        if count == 0:
+        step = self._set_pointers(logits, rows=rows)
+        if step is None:
             return
+        kernel, count = step
         if threading.get_ident() in self._primary_threads:
-            self._queue(name, count, stream_ptr, naive)
+            self._queue(kernel, count, stream_ptr)
             return
         # First call on this thread: is the primary context current (it is on threads that ran CUDA
         # work: torch's, TensorRT-LLM's)? Then remember the thread and skip this check from now on.
@@ -288,18 +270,18 @@ class CudaBitmaskApplier:
         self._get_current(self._current_ref)
         if self._current_holder.value == self._primary:
             self._primary_threads.add(threading.get_ident())
-            self._queue(name, count, stream_ptr, naive)
+            self._queue(kernel, count, stream_ptr)
         else:
             with self._current():
-                self._queue(name, count, stream_ptr, naive)
+                self._queue(kernel, count, stream_ptr)
 
-    def _queue(self, name: str, rows: int, stream_ptr: int, naive: bool) -> None:
+    def _queue(self, kernel: Kernel, rows: int, stream_ptr: int) -> None:
         """The step's copy, event and launch: a graph replay when this shape was seen before."""
-        plan = self._plan(name, rows, naive)
-        shape = (name, rows, self._row_base, self._row_stride, plan)
+        plan = self._plan(kernel, rows)
+        shape = (kernel, rows, self._row_base, self._row_stride, plan)
         graph = self._graphs.get(shape)
         if graph is None and self._use_graphs and shape in self._seen:
-            graph = self._capture(shape, naive)
+            graph = self._capture(shape)
         if graph is not None:
             if self._launch_graph(graph, stream_ptr):
                 raise RuntimeError("cuGraphLaunch failed")
@@ -309,14 +291,14 @@ class CudaBitmaskApplier:
         if len(self._seen) >= _MAX_SEEN:
             self._seen.clear()
         self._seen.add(shape)
-        self._enqueue(name, rows, stream_ptr, naive, plan)
+        self._enqueue(kernel, rows, stream_ptr, plan)
 
-    def _plan(self, name: str, rows: int, naive: bool) -> str | None:
+    def _plan(self, kernel: Kernel, rows: int) -> str | None:
         """The plan (LaunchPlan's value) the policy gives this step, from a sample of its masks."""
-        return self.policy.plan(name, rows, naive, self._probe.plan)
+        return self.policy.plan(kernel, rows, self._probe.plan)
 
     def _enqueue(
-        self, name: str, rows: int, stream_ptr: int, naive: bool, plan: str | None, *, capturing: bool = False
+        self, kernel: Kernel, rows: int, stream_ptr: int, plan: str | None, *, capturing: bool = False
     ) -> None:
         if self._memcpy(*self._step_copy(rows), stream_ptr):
             raise RuntimeError("cuMemcpyHtoDAsync failed")
@@ -326,7 +308,7 @@ class CudaBitmaskApplier:
             result = self._record(self._copied, stream_ptr)
         if result:
             raise RuntimeError(f"cuEventRecord failed with CUDA driver error {result}")
-        self._launch(name, rows, stream_ptr, naive, plan)
+        self._launch(kernel, rows, stream_ptr, plan)
 
     def _pointers_offset(self, rows: int) -> int:
         """Byte offset, in the pinned buffer and its device copy, of the first of ``rows`` row
@@ -343,11 +325,11 @@ class CudaBitmaskApplier:
             self._pointer_bytes + rows * self.words * 4 - start,
         )
 
-    def _capture(self, shape: _Shape, naive: bool) -> _void_p:
+    def _capture(self, shape: _Shape) -> _void_p:
         """Capture the step for ``shape`` (copy, event, launch with today's parameters) as a graph."""
-        name, rows, _, _, plan = shape
+        kernel, rows, _, _, plan = shape
         executable = self._capture_graph(
-            lambda stream_ptr: self._enqueue(name, rows, stream_ptr, naive, plan, capturing=True)
+            lambda stream_ptr: self._enqueue(kernel, rows, stream_ptr, plan, capturing=True)
         )
         if len(self._graphs) >= _MAX_GRAPHS:  # the oldest shape goes (freed once it has run)
             self._driver.lib.cuGraphExecDestroy(self._graphs.pop(next(iter(self._graphs))))
@@ -385,58 +367,71 @@ class CudaBitmaskApplier:
         return len(self._graphs)
 
     def run_resident(
-        self,
-        logits: Sequence[torch.Tensor] | torch.Tensor,
-        stream_ptr: int,
-        *,
-        naive: bool = False,
-        mask_stride: int | None = None,
+        self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, mask_stride: int | None = None
     ) -> None:
         """The kernel alone, on the pointers and masks already on the device (for benchmarks).
 
         ``mask_stride=0`` makes every row read row 0's mask, so the masks stay in L2: what the
         launch costs when reading them adds no DRAM traffic (a benchmark diagnostic).
         """
-        name, rows = self._set_pointers(logits, naive, check_only=True)
+        step = self._set_pointers(logits, check_only=True)
+        if step is None:
+            return
         stride = self._param_ints[0]
         saved = stride.value
         if mask_stride is not None:
             stride.value = mask_stride
         try:
             with self._current():
-                self._launch(name, rows, stream_ptr, naive, self._plan(name, rows, naive))
+                self._launch(*step, stream_ptr, self._plan(*step))
         finally:
             stride.value = saved
 
-    def _launch(self, name: str, rows: int, stream_ptr: int, naive: bool, plan: str | None) -> None:
-        launch = self.policy.launch(name, rows, naive, plan, masks_back_to_back=self._param_ints[0].value == self.words)
+    def run_named(self, name: str, logits: torch.Tensor, stream_ptr: int, *, blocks: int, threads: int) -> None:
+        """Launch the compiled module's kernel ``name`` (one with the mask kernels' parameters: a
+        benchmark's own build, say) over ``blocks`` x the rows of ``logits``, on the masks already on
+        the device."""
+        step = self._set_pointers(logits, check_only=True)
+        if step is None:
+            return
+        rows = step[1]
+        with self._current():
+            function = self._named.get(name)
+            if function is None:
+                function = self._named[name] = self.function(name)
+            self._set_rows(rows)
+            self._param_prefetch.value, self._param_row_count.value = 0, rows
+            self._launch_function(function, blocks, rows, threads, stream_ptr, name=name)
+
+    def _launch(self, kernel: Kernel, rows: int, stream_ptr: int, plan: str | None) -> None:
+        launch = self.policy.launch(kernel, rows, plan, masks_back_to_back=self._param_ints[0].value == self.words)
         self.last_launch = launch
-        self._param_rows.value = self._device_address + self._pointers_offset(rows)
-        self._param_base.value, self._param_row_stride.value = self._row_base, self._row_stride
+        self._set_rows(rows)
         if launch.groups:
             self._launch_groups(launch, stream_ptr)
             return
         self._param_prefetch.value = int(launch.prefetch)
         self._param_row_count.value = rows
-        if self._launch_kernel(
-            self._kernel_function(launch.kernel),
-            launch.blocks,
-            launch.rows,
-            1,
-            launch.threads,
-            1,
-            1,
-            0,
-            stream_ptr,
-            self._params,
-            None,
-        ):
-            raise RuntimeError(f"cuLaunchKernel({launch.kernel}) failed")
+        function = self._functions[launch.kernel]
+        self._launch_function(function, launch.blocks, launch.rows, launch.threads, stream_ptr, name=launch.kernel.name)
+
+    def _set_rows(self, rows: int) -> None:
+        """The launch parameters that address a step's ``rows`` rows of logits."""
+        self._param_rows.value = self._device_address + self._pointers_offset(rows)
+        self._param_base.value, self._param_row_stride.value = self._row_base, self._row_stride
+
+    def _launch_function(
+        self, function: _void_p, blocks: int, rows: int, threads: int, stream_ptr: int, *, name: str
+    ) -> None:
+        """One launch of ``blocks`` x ``rows`` blocks of ``threads`` with the parameters as they are set."""
+        if self._launch_kernel(function, blocks, rows, 1, threads, 1, 1, 0, stream_ptr, self._params, None):
+            raise RuntimeError(f"cuLaunchKernel({name}) failed")
 
     def _launch_groups(self, launch: Launch, stream_ptr: int) -> None:
         """One launch per row group, each with the launch's blocks per row (the parameters are copied at
         each launch, so they are set anew for every group)."""
-        element = element_bytes(launch.kernel)
+        element = launch.kernel.dtype.itemsize
+        function, name = self._functions[launch.kernel], launch.kernel.name
         rows_address, base, masks = self._param_rows.value, self._param_base.value, self._param_masks.value
         try:
             for first, count in launch.groups:
@@ -444,31 +439,18 @@ class CudaBitmaskApplier:
                 self._param_base.value = base + first * self._row_stride * element
                 self._param_masks.value = masks + first * self.words * 4
                 self._param_prefetch.value = int(self.policy.prefetches(launch.kernel, count, DENSE))
-                if self._launch_kernel(
-                    self._kernel_function(launch.kernel),
-                    launch.blocks,
-                    count,
-                    1,
-                    launch.threads,
-                    1,
-                    1,
-                    0,
-                    stream_ptr,
-                    self._params,
-                    None,
-                ):
-                    raise RuntimeError(f"cuLaunchKernel({launch.kernel}) failed")
+                self._launch_function(function, launch.blocks, count, launch.threads, stream_ptr, name=name)
         finally:
             self._param_masks.value = masks
 
     def _set_pointers(
         self,
         logits: Sequence[torch.Tensor] | torch.Tensor,
-        naive: bool,
         check_only: bool = False,
         rows: Sequence[int] | None = None,
-    ) -> tuple[str, int]:
-        """Write the rows' addresses into the pinned buffer; return the kernel to use and the row count."""
+    ) -> tuple[Kernel, int] | None:
+        """Write the rows' addresses into the pinned buffer; return the kernel to use and the row
+        count (None: no rows)."""
         if isinstance(logits, torch.Tensor):
             key = (
                 logits.data_ptr(),
@@ -477,7 +459,7 @@ class CudaBitmaskApplier:
                 logits.dtype,
                 None if rows is None else tuple(rows),
             )
-            if key == self._last_tensor and not naive:
+            if key == self._last_tensor:
                 return self._last_kernel, self._last_rows  # the same rows as last step: pointers in place
             addresses = tensor_rows(logits, self.vocab_size, rows)
         else:
@@ -486,13 +468,13 @@ class CudaBitmaskApplier:
         self._last_tensor = None
         count = addresses.count
         if count == 0:
-            return "", 0
+            return None
         if count > self._max_rows:
             raise ValueError(f"{count} rows; call host_masks({count}) first")
         self._row_base, self._row_stride = addresses.base, addresses.stride
-        name = self.policy.kernel(addresses.dtype, addresses.aligned, naive, count)
+        kernel = self.policy.kernel(addresses.dtype, addresses.aligned, count)
         if not check_only:
             self._pointers[self._max_rows - count :] = addresses.pointers
-            if key is not None and not naive:
-                self._last_tensor, self._last_kernel, self._last_rows = key, name, count
-        return name, count
+            if key is not None:
+                self._last_tensor, self._last_kernel, self._last_rows = key, kernel, count
+        return kernel, count

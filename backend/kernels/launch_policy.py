@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from backend.kernels.catalog import DTYPES, KERNELS, Family, Kernel, find, scatters
 from backend.kernels.mask_probe import DENSE, PATCHY, REFUSED, REFUSED_FROM, SPARSE
 
 THREADS_PER_BLOCK = 256
@@ -24,104 +25,48 @@ _LOGITS_PER_WARP = 1024
 _SPARSE_WAVES = 0.5
 _SPARSE_WAVES_LARGE = 4
 _SPARSE_HALF_WAVE_MAX_BYTES = 768 << 20
-_KERNELS = {
-    (torch.float32, True): "mask_f32_v4",
-    (torch.float32, False): "mask_f32_v1",
-    (torch.float16, True): "mask_f16_v8",
-    (torch.float16, False): "mask_f16_v1",
-    (torch.bfloat16, True): "mask_bf16_v8",
-    (torch.bfloat16, False): "mask_bf16_v1",
-}
-NAIVE_KERNELS = {torch.float32: "naive_f32", torch.float16: "naive_f16", torch.bfloat16: "naive_bf16"}
 # Below this many bytes of logits a launch is latency-bound: a vector or a few per thread (mask_flat).
 FLAT_MAX_BYTES = 8 << 20
-_FLAT_KERNELS = {"mask_f32_v4": "flat_f32_v4", "mask_f16_v8": "flat_f16_v8", "mask_bf16_v8": "flat_bf16_v8"}
 # fp32 small launches past half a wave of one-vector blocks take two vectors per thread
 # (docs/kernel.md, "Two vectors per thread for fp32 small launches").
-_FLAT_TWO_PER_THREAD = {"flat_f32_v4": "flat_f32_v4_x2"}
 _FLAT_TWO_FROM_WAVE = 0.5
-# Each small-launch kernel: (elements per 16-byte vector, vectors per thread).
-_FLAT_SHAPES = {
-    "flat_f32_v4": (4, 1),
-    "flat_f32_v4_x2": (4, 2),
-    "flat_f16_v8": (8, 1),
-    "flat_bf16_v8": (8, 1),
-    "flat_f16_v8_scatter": (8, 1),
-    "flat_bf16_v8_scatter": (8, 1),
-}
 # Aligned 16-bit launches up to WORDS_MAX_BYTES: one warp per chunk, every chunk at once (mask_by_word;
-# docs/kernel.md, "One warp per chunk, every chunk at once").
+# docs/kernel.md, "One warp per chunk for mid-size 16-bit launches"). Small launches whose masks mostly
+# allow everything take it too: a warp leaves after one coalesced load (LaunchPlan.SPARSE).
 WORDS_MAX_BYTES = 24 << 20
-_WORDS_KERNELS = {"mask_f16_v8": "words_f16", "mask_bf16_v8": "words_bf16"}
-# Small launches whose masks mostly allow everything take mask_by_word too: a warp leaves after one
-# coalesced load (docs/kernel.md, "Small launches whose masks mostly allow everything").
-_FLAT_SPARSE_KERNELS = {
-    "flat_f32_v4": "words_f32",
-    "flat_f32_v4_x2": "words_f32",
-    "flat_f16_v8": "words_f16",
-    "flat_bf16_v8": "words_bf16",
-}
-# 16-bit small launches whose masks mostly allow nothing: no thread reads a logit its mask refuses
-# (LaunchPlan.REFUSED; docs/kernel.md, "Small launches whose masks mostly allow nothing").
-_FLAT_REFUSED_KERNELS = {"flat_f16_v8": "flat_f16_v8_scatter", "flat_bf16_v8": "flat_bf16_v8_scatter"}
 # fp32 two-vector small launches whose one-vector grid takes one to _FLAT_ONE_REFUSED_WAVES waves take one
 # vector per thread when their masks allow nothing (docs/kernel.md, "fp32 small launches just over a wave").
-_FLAT_ONE_REFUSED_KERNELS = {"flat_f32_v4_x2": "flat_f32_v4"}
 _FLAT_ONE_REFUSED_WAVES = 1.5
 # Aligned mid-size fp32 launches whose sampled runs allow nothing in MID_REFUSED_FROM of them take the
 # two-vector small-launch kernel (docs/kernel.md, "Mid-size fp32 launches that write most of their logits").
-_MID_REFUSED_KERNELS = {"mask_f32_v4": "flat_f32_v4_x2"}
 MID_REFUSED_FROM = 4
-_REFUSED_KERNELS = {**_FLAT_REFUSED_KERNELS, **_FLAT_ONE_REFUSED_KERNELS, **_MID_REFUSED_KERNELS}
-# The mask_by_word builds, whose grid covers every chunk once whatever the plan or waves.
-_BY_WORD_KERNELS = frozenset({*_WORDS_KERNELS.values(), *_FLAT_SPARSE_KERNELS.values()})
 # The dense plan: a warp per chunk; large launches prefetch their masks into L2, and launches with more masks
-# run as row groups whose masks fit (docs/kernel.md, "Row groups whose masks fit in L2").
+# run as row groups whose masks fit (docs/kernel.md, "Prefetching masks and row groups").
 GROUP_MASK_BYTES = 16 << 20
 PREFETCH_MIN_LOGITS_BYTES = 128 << 20
-# Launches of 16-bit logits that fit in L2 take the chunked kernel that scatters -inf into mixed
-# vectors instead of reading them (fp32 rows always do: see mask_logits.cu).
-_SCATTER_KERNELS = {"mask_f16_v8": "mask_f16_v8_scatter", "mask_bf16_v8": "mask_bf16_v8_scatter"}
-# The chunked kernels (mask_rows), the ones launched as row groups when their masks are many.
-_CHUNKED_KERNELS = frozenset({*_KERNELS.values(), *_SCATTER_KERNELS.values()})
-# The kernels whose launch follows a LaunchPlan, sampled from each step's masks.
-_PLANNED_KERNELS = _CHUNKED_KERNELS | frozenset(_FLAT_SPARSE_KERNELS)
 # The sparse plan's kernel for aligned rows (scan_rows): warps (up to _SCAN_WAVES times the blocks all
 # SMs hold, scan_blocks) walk the launch's masks as one array, more words in flight per warp than mask_rows.
-_SCAN_KERNELS = {
-    "mask_f32_v4": "scan_f32_v4",
-    "mask_f16_v8": "scan_f16_v8",
-    "mask_f16_v8_scatter": "scan_f16_v8_scatter",
-    "mask_bf16_v8": "scan_bf16_v8",
-    "mask_bf16_v8_scatter": "scan_bf16_v8_scatter",
-}
 _SCAN_WAVES = 1.0
 _SCAN_PIECE_WORDS = 64  # mask words a warp checks at once (SCAN_PIECE_WORDS in mask_logits.cu)
 # Pieces of mask words a scan warp takes before the grid grows: one round of loads (docs/kernel.md,
-# "The sparse kernel's grid").
+# "Pieces per scan warp").
 SCAN_WARP_PIECES = 8
 _SCAN_PATCHY_WARP_PIECES = 1
 _SPARSE_LAYOUTS = frozenset({SPARSE, PATCHY})  # plans that, once resolved, take the sparse plan's kernels
 # Steps whose sampled runs mostly, not all, allow everything (LaunchPlan.PATCHY): every constrained chunk its
-# own warp up to these sizes (docs/kernel.md, "A few constrained rows: the patchy plan").
+# own warp up to these sizes (docs/kernel.md, "The patchy plan's sizes").
 PATCHY_WORDS_MAX_BYTES = 128 << 20
 PATCHY_DENSE_MAX_CHUNKS = 32768
 _PATCHY_SCATTER_WAVES = 1.5
-_PATCHY_WORDS_KERNELS = {**_WORDS_KERNELS, **{_SCATTER_KERNELS[name]: words for name, words in _WORDS_KERNELS.items()}}
-_PATCHY_DENSE_KERNELS = frozenset({"mask_f32_v4"})
-# The small-launch kernels, for the applier to look up their launch bounds.
-FLAT_KERNELS = frozenset(_FLAT_SHAPES)
-# The sparse plan's own kernels, whose resident blocks the device reports (DeviceFacts.scan_resident_blocks).
-SCAN_KERNELS = frozenset(_SCAN_KERNELS.values())
-# Every kernel a step may launch; the naive comparison kernels (NAIVE_KERNELS) only benchmarks launch.
-SERVING_KERNELS = frozenset(
-    {*_KERNELS.values(), *_SCATTER_KERNELS.values(), *_BY_WORD_KERNELS, *SCAN_KERNELS, *_FLAT_SHAPES}
-)
+# The kernels whose launch follows a LaunchPlan, sampled from each step's masks.
+_PLANNED_KERNELS = frozenset(kernel for kernel in KERNELS if kernel.family in (Family.CHUNKED, Family.FLAT))
+_FLAT_F32_ONE = find(Family.FLAT, torch.float32, scatter=True)
+_FLAT_F32_TWO = find(Family.FLAT, torch.float32, scatter=True, per_thread=2)
 
 
 class LaunchPlan(enum.Enum):
-    """How a launch is laid out, chosen per step from a sample of its masks (all but the plain
-    kernel's and the mid-size 16-bit launches', which have one layout)."""
+    """How a chunked or small launch is laid out, chosen per step from a sample of its masks (the
+    mid-size 16-bit launches' kernel has one layout)."""
 
     SPARSE = SPARSE  # nearly every sampled run allows everything: masks read as one array, or
     # (small launches) a warp per chunk that leaves after its mask words
@@ -155,36 +100,32 @@ def scan_blocks(pieces: int, warps_per_block: int, resident_blocks: int, warp_pi
     return max(1, min(resident_blocks, (pieces + per_block - 1) // per_block))
 
 
-def element_bytes(kernel: str) -> int:
-    """Bytes per logit of a kernel, from its name."""
-    return 4 if "f32" in kernel else 2
-
-
 def patchy_launch(
-    name: str,
+    kernel: Kernel,
     rows: int,
     vocab: int,
     *,
     scatter_max_rows: int,
     words_max_bytes: int = PATCHY_WORDS_MAX_BYTES,
     dense_max_chunks: int = PATCHY_DENSE_MAX_CHUNKS,
-) -> tuple[str, str | None]:
-    """The kernel and plan (None: the kernel has one layout) that a launch of kernel ``name`` over
+) -> tuple[Kernel, str | None]:
+    """The kernel and plan (None: the kernel has one layout) that a launch of ``kernel`` over
     ``rows`` rows of ``vocab`` logits takes when its masks' sample finds it patchy
     (``scatter_max_rows``: the most rows a 16-bit small launch scatters into). PATCHY, for chunked
     launches past these sizes: the sparse plan's kernels, their warps spread one piece each."""
-    if name in _FLAT_SHAPES:
-        scatter = _FLAT_REFUSED_KERNELS.get(name)
-        if scatter is None:  # (fp32: the kernel scatters already)
-            return name, DENSE
-        return (scatter, DENSE) if rows <= scatter_max_rows else (name, SPARSE)
-    words = _PATCHY_WORDS_KERNELS.get(name)
-    if words is not None and rows * vocab * element_bytes(name) <= words_max_bytes:
-        return words, None
+    if kernel.family is Family.FLAT:
+        if kernel.scatter:  # (fp32: the kernel scatters already)
+            return kernel, DENSE
+        if rows <= scatter_max_rows:
+            return find(Family.FLAT, kernel.dtype, scatter=True), DENSE
+        return kernel, SPARSE
+    aligned_chunked = kernel.family is Family.CHUNKED and kernel.aligned
+    if aligned_chunked and not scatters(kernel.dtype) and rows * vocab * kernel.dtype.itemsize <= words_max_bytes:
+        return find(Family.BY_WORD, kernel.dtype), None
     chunks = (vocab + _LOGITS_PER_WARP - 1) // _LOGITS_PER_WARP
-    if name in _PATCHY_DENSE_KERNELS and rows * chunks <= dense_max_chunks:
-        return name, DENSE
-    return name, PATCHY
+    if aligned_chunked and scatters(kernel.dtype) and rows * chunks <= dense_max_chunks:
+        return kernel, DENSE
+    return kernel, PATCHY
 
 
 @dataclass(frozen=True)
@@ -194,7 +135,7 @@ class DeviceFacts:
 
     sms: int
     l2_bytes: int
-    scan_resident_blocks: Mapping[str, int]
+    scan_resident_blocks: Mapping[Kernel, int]
 
 
 @dataclass(frozen=True)
@@ -235,13 +176,24 @@ class Launch:
     and, for a launch run as row groups, each group's ``(first row, rows)``: one launch each, of
     ``blocks`` x that group's rows."""
 
-    kernel: str
+    kernel: Kernel
     blocks: int
     rows: int
     threads: int
     plan: LaunchPlan | None
     prefetch: bool = False
     groups: tuple[tuple[int, int], ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """A launch's refused plan: the kernel it takes when at least ``from_runs`` sampled runs allow
+    nothing, for launches of more than ``above_rows`` rows and at most ``max_rows``."""
+
+    kernel: Kernel
+    from_runs: int
+    above_rows: int
+    max_rows: int
 
 
 class LaunchPolicy:
@@ -262,90 +214,102 @@ class LaunchPolicy:
         self._scan_warp_pieces = _checked_scan_warp_pieces(settings.scan_warp_pieces)
         self._flat_two_above_rows = self._flat_two_threshold(settings.flat_per_thread)
         # (patchy 16-bit small launches scatter while their grid fits in _PATCHY_SCATTER_WAVES waves)
-        self._patchy_scatter_max_rows = self.flat_rows_within("flat_bf16_v8_scatter", _PATCHY_SCATTER_WAVES)
+        flat_16_scatter = find(Family.FLAT, torch.bfloat16, scatter=True)
+        self._patchy_scatter_max_rows = self.flat_rows_within(flat_16_scatter, _PATCHY_SCATTER_WAVES)
         self._forced_plan: str | None = None if settings.plan is None else settings.plan.value
         group_mask_bytes = settings.group_mask_bytes
         self._group_rows = sys.maxsize if group_mask_bytes is None else max(1, group_mask_bytes // (self.words * 4))
-        # The kernels whose launches have a refused plan: (sampled runs that must allow nothing, and
-        # the rows, above the first and up to the second, of the launches that have it). 16-bit small
-        # launches of any size; fp32 two-vector small ones whose one-vector grid takes one wave to
-        # _FLAT_ONE_REFUSED_WAVES (none when flat_per_thread is forced); mid-size fp32 ones up to the
-        # mid-size bound.
+        self._refusals = self._refused_plans(settings)
+        scatter16 = settings.scatter16_max_bytes
+        self._scatter16_max_bytes = device.l2_bytes if scatter16 is None else scatter16
+        self._kernels: dict[tuple[torch.dtype, bool, int], Kernel] = {}
+        self._launches: dict[tuple[Kernel, int, str | None, bool], Launch] = {}
+
+    def _refused_plans(self, settings: PolicySettings) -> dict[Kernel, _Refusal]:
+        """The kernels whose launches have a refused plan: 16-bit small launches of any size; fp32
+        two-vector small ones whose one-vector grid takes one wave to _FLAT_ONE_REFUSED_WAVES (none
+        when flat_per_thread is forced); mid-size aligned fp32 ones up to the mid-size bound."""
         one_refused = (
-            (self.flat_rows_within("flat_f32_v4", 1.0), self.flat_rows_within("flat_f32_v4", _FLAT_ONE_REFUSED_WAVES))
+            (self.flat_rows_within(_FLAT_F32_ONE, 1.0), self.flat_rows_within(_FLAT_F32_ONE, _FLAT_ONE_REFUSED_WAVES))
             if settings.flat_per_thread is None
             else (0, 0)
         )
-        self._refusals: dict[str, tuple[int, int, int]] = {
-            **dict.fromkeys(_FLAT_REFUSED_KERNELS, (REFUSED_FROM, 0, sys.maxsize)),
-            **dict.fromkeys(_FLAT_ONE_REFUSED_KERNELS, (REFUSED_FROM, *one_refused)),
-            **dict.fromkeys(_MID_REFUSED_KERNELS, (MID_REFUSED_FROM, 0, settings.words_max_bytes // (vocab_size * 4))),
+        refusals = {
+            find(Family.FLAT, dtype): _Refusal(find(Family.FLAT, dtype, scatter=True), REFUSED_FROM, 0, sys.maxsize)
+            for dtype in (torch.float16, torch.bfloat16)
         }
-        scatter16 = settings.scatter16_max_bytes
-        self._scatter16_max_bytes = device.l2_bytes if scatter16 is None else scatter16
-        self._launches: dict[tuple[str, int, str | None, bool], Launch] = {}
+        refusals[_FLAT_F32_TWO] = _Refusal(_FLAT_F32_ONE, REFUSED_FROM, *one_refused)
+        mid_max_rows = settings.words_max_bytes // (self.vocab_size * 4)
+        mid = find(Family.CHUNKED, torch.float32, scatter=True)
+        refusals[mid] = _Refusal(_FLAT_F32_TWO, MID_REFUSED_FROM, 0, mid_max_rows)
+        return refusals
 
     # The step's kernel and plan ----------------------------------------------------------------
 
-    def kernel(self, dtype: torch.dtype, aligned: bool, naive: bool, rows: int) -> str:
+    def kernel(self, dtype: torch.dtype, aligned: bool, rows: int) -> Kernel:
         """The kernel for ``rows`` rows of ``dtype`` logits (``aligned``: every row starts on 16 bytes),
         before its plan resolves it."""
-        name = NAIVE_KERNELS.get(dtype) if naive else _KERNELS.get((dtype, aligned))
-        if name is None:
-            raise ValueError(f"no mask kernel for {dtype}")
-        logits_bytes = rows * self.vocab_size * dtype.itemsize
-        if not naive and logits_bytes <= self.settings.flat_max_bytes and name in _FLAT_KERNELS:
-            flat = _FLAT_KERNELS[name]
-            two = _FLAT_TWO_PER_THREAD.get(flat)
-            if two is not None and rows > self._flat_two_above_rows:
-                return two
-            return flat
-        if not naive and logits_bytes <= self.settings.words_max_bytes:
-            return _WORDS_KERNELS.get(name, name)
-        if not naive and logits_bytes <= self._scatter16_max_bytes:
-            return _SCATTER_KERNELS.get(name, name)
-        return name
+        key = (dtype, aligned, rows)
+        found = self._kernels.get(key)
+        if found is None:
+            found = self._kernels[key] = self._pick_kernel(dtype, aligned, rows)
+        return found
 
-    def plan(self, name: str, rows: int, naive: bool, sample: Callable[[int, int | None], str]) -> str | None:
+    def _pick_kernel(self, dtype: torch.dtype, aligned: bool, rows: int) -> Kernel:
+        if dtype not in DTYPES:
+            raise ValueError(f"no mask kernel for {dtype}")
+        if not aligned:
+            return find(Family.CHUNKED, dtype, aligned=False)
+        logits_bytes = rows * self.vocab_size * dtype.itemsize
+        fp32 = scatters(dtype)
+        if logits_bytes <= self.settings.flat_max_bytes:
+            two = fp32 and rows > self._flat_two_above_rows
+            return find(Family.FLAT, dtype, scatter=fp32, per_thread=2 if two else 1)
+        if logits_bytes <= self.settings.words_max_bytes and not fp32:
+            return find(Family.BY_WORD, dtype)
+        return find(Family.CHUNKED, dtype, scatter=fp32 or logits_bytes <= self._scatter16_max_bytes)
+
+    def plan(self, kernel: Kernel, rows: int, sample: Callable[[int, int | None], str]) -> str | None:
         """The plan (LaunchPlan's value) a chunked or small launch takes: the forced one, or what
         ``sample(rows, refused_from)`` reads from the step's masks (None for the other kernels; only
         16-bit small launches, fp32 ones of two vectors per thread in a band of sizes, and mid-size
         aligned fp32 ones take the refused plan)."""
-        if naive or name not in _PLANNED_KERNELS:
+        if kernel not in _PLANNED_KERNELS:
             return None
-        refusal = self._refusals.get(name)  # (None, or a size outside its rows: no refused plan)
-        refused_from = refusal[0] if refusal is not None and refusal[1] < rows <= refusal[2] else None
+        refusal = self._refusals.get(kernel)  # (None, or a size outside its rows: no refused plan)
+        in_band = refusal is not None and refusal.above_rows < rows <= refusal.max_rows
+        refused_from = refusal.from_runs if refusal is not None and in_band else None
         forced = self._forced_plan
         if forced is not None:
             return DENSE if forced == REFUSED and refused_from is None else forced
         return sample(rows, refused_from)  # (launch resolves PATCHY with patchy_launch)
 
-    def launch(self, name: str, rows: int, naive: bool, plan: str | None, masks_back_to_back: bool = True) -> Launch:
-        """The launch of kernel ``name`` over ``rows`` rows with ``plan`` (``masks_back_to_back``:
-        row i's mask right after row i - 1's, as the applier lays them out)."""
-        key = (name, rows, plan, masks_back_to_back)
+    def launch(self, kernel: Kernel, rows: int, plan: str | None, masks_back_to_back: bool = True) -> Launch:
+        """The launch of ``kernel`` over ``rows`` rows with ``plan`` (``masks_back_to_back``: row i's
+        mask right after row i - 1's, as the applier lays them out)."""
+        key = (kernel, rows, plan, masks_back_to_back)
         found = self._launches.get(key)
         if found is None:
-            found = self._launches[key] = self._resolve(name, rows, naive, plan, masks_back_to_back)
+            found = self._launches[key] = self._resolve(kernel, rows, plan, masks_back_to_back)
         return found
 
-    def _resolve(self, name: str, rows: int, naive: bool, plan: str | None, masks_back_to_back: bool) -> Launch:
+    def _resolve(self, kernel: Kernel, rows: int, plan: str | None, masks_back_to_back: bool) -> Launch:
         if plan == PATCHY:
-            name, plan = patchy_launch(name, rows, self.vocab_size, scatter_max_rows=self._patchy_scatter_max_rows)
+            kernel, plan = patchy_launch(kernel, rows, self.vocab_size, scatter_max_rows=self._patchy_scatter_max_rows)
         if plan in _SPARSE_LAYOUTS:  # (PATCHY here: patchy_launch's large launches)
-            if name in _SCAN_KERNELS and masks_back_to_back:
-                name = _SCAN_KERNELS[name]
-            elif name in _FLAT_SPARSE_KERNELS:
-                name = _FLAT_SPARSE_KERNELS[name]
+            if kernel.family is Family.CHUNKED and kernel.aligned and masks_back_to_back:
+                kernel = find(Family.SCAN, kernel.dtype, scatter=kernel.scatter)
+            elif kernel.family is Family.FLAT:
+                kernel = find(Family.BY_WORD, kernel.dtype)
         elif plan == REFUSED:
-            name = _REFUSED_KERNELS[name]
-        grouped = plan == DENSE and rows > self._group_rows and name in _CHUNKED_KERNELS
-        blocks, grid_rows, threads = self.grid(name, self._group_rows if grouped else rows, naive, plan)
+            kernel = self._refusals[kernel].kernel
+        grouped = plan == DENSE and rows > self._group_rows and kernel.family is Family.CHUNKED
+        blocks, grid_rows, threads = self.grid(kernel, self._group_rows if grouped else rows, plan)
         launch_plan = None if plan is None else LaunchPlan(plan)
         if grouped:
             groups = tuple(self.row_groups(rows))
-            return Launch(name, blocks, grid_rows, threads, launch_plan, groups=groups)
-        return Launch(name, blocks, grid_rows, threads, launch_plan, prefetch=self.prefetches(name, rows, plan))
+            return Launch(kernel, blocks, grid_rows, threads, launch_plan, groups=groups)
+        return Launch(kernel, blocks, grid_rows, threads, launch_plan, prefetch=self.prefetches(kernel, rows, plan))
 
     def row_groups(self, rows: int) -> list[tuple[int, int]]:
         """``(first row, rows)`` of each launch of a chunked step: consecutive groups of about equal
@@ -354,15 +318,11 @@ class LaunchPolicy:
         size = (rows + groups - 1) // groups
         return [(first, min(size, rows - first)) for first in range(0, rows, size)]
 
-    def prefetches(self, name: str, rows: int, plan: str | None) -> bool:
+    def prefetches(self, kernel: Kernel, rows: int, plan: str | None) -> bool:
         """Whether a launch of ``rows`` rows prefetches its masks into L2 before its stores (dense plan)."""
         masks_fit = rows * self.words * 4 <= GROUP_MASK_BYTES
-        large = self._logits_bytes(name, rows) > PREFETCH_MIN_LOGITS_BYTES
+        large = rows * self.vocab_size * kernel.dtype.itemsize > PREFETCH_MIN_LOGITS_BYTES
         return plan == DENSE and masks_fit and large
-
-    def _logits_bytes(self, name: str, rows: int) -> int:
-        """Bytes of logits a launch of kernel ``name`` over ``rows`` rows masks."""
-        return rows * self.vocab_size * element_bytes(name)
 
     # Grids -------------------------------------------------------------------------------------
 
@@ -373,39 +333,35 @@ class LaunchPolicy:
             raise ValueError("flat_per_thread must be 1, 2 or None")
         if flat_per_thread is not None:
             return 0 if flat_per_thread == 2 else sys.maxsize
-        return self.flat_rows_within("flat_f32_v4", _FLAT_TWO_FROM_WAVE)
+        return self.flat_rows_within(_FLAT_F32_ONE, _FLAT_TWO_FROM_WAVE)
 
-    def flat_rows_within(self, name: str, waves: float) -> int:
-        """The most rows a launch of small-launch kernel ``name`` takes with its grid in ``waves``
-        waves of blocks."""
-        return int(waves * self._flat_wave_blocks) // self.grid(name, 1, False)[0]
+    def flat_rows_within(self, kernel: Kernel, waves: float) -> int:
+        """The most rows a launch of small-launch ``kernel`` takes with its grid in ``waves`` waves of blocks."""
+        return int(waves * self._flat_wave_blocks) // self.grid(kernel, 1)[0]
 
-    def grid(self, name: str, rows: int, naive: bool, plan: str | None = None) -> tuple[int, int, int]:
+    def grid(self, kernel: Kernel, rows: int, plan: str | None = None) -> tuple[int, int, int]:
         """Blocks in x and y (y is the row) and threads per block."""
-        if name in _FLAT_SHAPES or name in _BY_WORD_KERNELS:  # a few vectors, or a mask word, per thread
-            vector, per_thread = _FLAT_SHAPES.get(name, (32, 1))
-            threads = self._flat_threads if name in _FLAT_SHAPES else THREADS_PER_BLOCK
-            per_block = threads * vector * per_thread
-            return (self.vocab_size + per_block - 1) // per_block, rows, threads
-        if naive:
-            blocks = max(1, min(64, (self.vocab_size + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK))
-            return blocks, rows, THREADS_PER_BLOCK
-        chunks = self._chunks
+        family = kernel.family
+        if family is Family.FLAT:  # a few vectors per thread
+            per_block = self._flat_threads * kernel.vector * kernel.per_thread
+            return (self.vocab_size + per_block - 1) // per_block, rows, self._flat_threads
+        if family is Family.BY_WORD:  # a mask word per thread
+            per_block = THREADS_PER_BLOCK * 32
+            return (self.vocab_size + per_block - 1) // per_block, rows, THREADS_PER_BLOCK
         threads = self._chunk_threads
         warps = threads // 32
         settings_waves = self.settings.waves
-        resident_blocks = self.device.scan_resident_blocks.get(name)
-        if resident_blocks is not None:  # resident warps over the launch's pieces of mask words
+        if family is Family.SCAN:  # resident warps over the launch's pieces of mask words
             waves = _SCAN_WAVES if settings_waves is None else settings_waves
-            resident = max(1, int(resident_blocks * waves))
+            resident = max(1, int(self.device.scan_resident_blocks[kernel] * waves))
             pieces = (rows * self.words + _SCAN_PIECE_WORDS - 1) // _SCAN_PIECE_WORDS
             warp_pieces = _SCAN_PATCHY_WARP_PIECES if plan == PATCHY else self._scan_warp_pieces
             return scan_blocks(pieces, warps, resident, warp_pieces), 1, threads
-        chunk_blocks = (chunks + warps - 1) // warps
+        chunk_blocks = (self._chunks + warps - 1) // warps
         if settings_waves is not None:
             waves = settings_waves
         elif plan in _SPARSE_LAYOUTS:
-            large = self._logits_bytes(name, rows) > _SPARSE_HALF_WAVE_MAX_BYTES
+            large = rows * self.vocab_size * kernel.dtype.itemsize > _SPARSE_HALF_WAVE_MAX_BYTES
             waves = _SPARSE_WAVES_LARGE if large else _SPARSE_WAVES
         else:  # a warp per chunk
             return chunk_blocks, rows, threads

@@ -497,7 +497,8 @@ __device__ __forceinline__ void mask_by_word(T* const* __restrict__ rows, T* bas
 }
 
 #ifdef LLGT_NAIVE_KERNELS
-// The plain kernel the benchmark compares against: one thread per logit (built for benchmarks only).
+// The plain kernel the benchmark compares against: one thread per logit (built for benchmarks only;
+// bench/plain_kernel.py launches it).
 template <typename T>
 __device__ __forceinline__ void mask_naive(T* const* __restrict__ rows, T* base, long long row_stride,
                                            const uint32_t* __restrict__ masks, int mask_stride, int mask_words,

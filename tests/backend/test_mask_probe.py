@@ -8,6 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from backend.kernels.catalog import named
 from backend.kernels.launch_policy import (
     MID_REFUSED_FROM,
     PATCHY_DENSE_MAX_CHUNKS,
@@ -183,8 +184,9 @@ PATCHY_CASES = {
 
 @pytest.mark.parametrize("case", PATCHY_CASES)
 def test_a_patchy_step_gives_constrained_chunks_their_own_warps_up_to_a_size(case: str) -> None:
-    (name, rows, vocab), expected = PATCHY_CASES[case]
-    assert patchy_launch(name, rows, vocab, scatter_max_rows=64) == expected
+    (name, rows, vocab), (expected_name, expected_plan) = PATCHY_CASES[case]
+    kernel, plan = patchy_launch(named(name), rows, vocab, scatter_max_rows=64)
+    assert (kernel.name, plan) == (expected_name, expected_plan)
 
 
 # The H100's scan_f32_v4: 4 blocks of 8 warps on each of 132 SMs.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from backend.kernels.catalog import named
 from backend.masking import apply_token_bitmask_cpu
 
 pytestmark = [
@@ -219,7 +220,7 @@ def test_a_small_fp32_launch_of_most_of_a_wave_takes_two_vectors_per_thread(
     applier = appliers[vocab]
     item = torch.tensor([], dtype=dtype).element_size()
     one_vector = {torch.float32: "flat_f32_v4", torch.float16: "flat_f16_v8", torch.bfloat16: "flat_bf16_v8"}[dtype]
-    rows = applier.policy.flat_rows_within(one_vector, 1.0) + 2  # type: ignore[attr-defined]
+    rows = applier.policy.flat_rows_within(named(one_vector), 1.0) + 2  # type: ignore[attr-defined]
     assert rows * vocab * item <= 8 << 20  # still a small launch
     generator = torch.Generator().manual_seed(4)
     mask = masks("random", rows, vocab, generator)
@@ -232,7 +233,7 @@ def test_a_small_fp32_launch_of_most_of_a_wave_takes_two_vectors_per_thread(
     gpu = torch.zeros((rows, vocab + 7), dtype=dtype, device="cuda")[:, :vocab]  # 16-byte aligned rows
     gpu.copy_(logits.cuda())
     applier.host_masks(rows).copy_(mask)  # type: ignore[attr-defined]
-    name = applier.policy.kernel(dtype, aligned=True, naive=False, rows=rows)  # type: ignore[attr-defined]
+    name = applier.policy.kernel(dtype, aligned=True, rows=rows).name  # type: ignore[attr-defined]
     applier.apply(gpu, torch.cuda.current_stream().cuda_stream)  # type: ignore[attr-defined]
     assert (
         name == {torch.float32: "flat_f32_v4_x2", torch.float16: "flat_f16_v8", torch.bfloat16: "flat_bf16_v8"}[dtype]
@@ -292,12 +293,12 @@ def test_a_mid_size_fp32_launch_whose_masks_allow_nothing_takes_the_two_vector_s
     generator = torch.Generator().manual_seed(6)
     mask = masks(kind, rows, vocab, generator)
     assert masks_like_the_reference(applier, mask, torch.float32, generator)
-    assert applier.policy.kernel(torch.float32, True, False, rows) == "mask_f32_v4"  # (before the plan's)
+    assert applier.policy.kernel(torch.float32, True, rows).name == "mask_f32_v4"  # (before the plan's)
     plan = applier.launch_plan(torch.empty((rows, vocab), device="cuda"))
     expected = {"none": "refused", "one": "refused", "all": "sparse", "random": "dense"}[kind]
     assert plan is not None and plan.value == expected
     assert applier.last_launch is not None and applier.last_launch.plan == plan
-    assert (applier.last_launch.kernel == "flat_f32_v4_x2") == (plan.value == "refused")
+    assert (applier.last_launch.kernel.name == "flat_f32_v4_x2") == (plan.value == "refused")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -313,7 +314,8 @@ def test_fp32_small_launches_just_over_a_wave_of_one_vector_blocks_take_one_vect
 
     vocab = 151936
     policy = CudaBitmaskApplier(torch.device("cuda"), 1, vocab).policy
-    one_wave, band_end = policy.flat_rows_within("flat_f32_v4", 1.0), policy.flat_rows_within("flat_f32_v4", 1.5)
+    one_vector = named("flat_f32_v4")
+    one_wave, band_end = policy.flat_rows_within(one_vector, 1.0), policy.flat_rows_within(one_vector, 1.5)
     assert 0 < one_wave < band_end and (band_end + 1) * vocab * 4 <= FLAT_MAX_BYTES
     outside = "words_f32" if kind == "all" else "flat_f32_v4_x2"
     inside = {"none": "flat_f32_v4", "one": "flat_f32_v4"}.get(kind, outside)
@@ -321,7 +323,10 @@ def test_fp32_small_launches_just_over_a_wave_of_one_vector_blocks_take_one_vect
         applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab)
         generator = torch.Generator().manual_seed(rows)
         assert masks_like_the_reference(applier, masks(kind, rows, vocab, generator), torch.float32, generator)
-        assert applier.last_launch is not None and applier.last_launch.kernel == kernel, (rows, applier.last_launch)
+        assert applier.last_launch is not None and applier.last_launch.kernel.name == kernel, (
+            rows,
+            applier.last_launch,
+        )
 
 
 def test_the_one_vector_kernels_fit_a_wave_of_eight_blocks_per_sm(appliers: dict[int, object]) -> None:
@@ -494,23 +499,26 @@ def test_the_chosen_rows_of_a_step_are_masked_and_the_others_left_bit_for_bit(dt
 def test_the_plain_comparison_kernel_is_built_only_for_benchmarks(
     appliers: dict[int, object], dtype: torch.dtype
 ) -> None:
-    from backend.kernels.cuda_masking import NAIVE_KERNELS, CudaBitmaskApplier
+    """The benchmark's plain kernel (bench/plain_kernel.py) is in no serving build, and masks as the
+    reference does in the build that has it."""
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+    from bench.plain_kernel import PLAIN_KERNELS, run_plain
 
     vocab, rows = 32001, 3
-    with pytest.raises(ValueError, match="only with defines"):
-        logits = torch.zeros((rows, vocab), device="cuda", dtype=dtype)
-        appliers[vocab].run_resident(logits, 0, naive=True)  # type: ignore[attr-defined]
-    bench_applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, defines=[NAIVE_KERNELS])
+    stream = torch.cuda.current_stream().cuda_stream
+    with pytest.raises(RuntimeError, match="cuModuleGetFunction"):
+        run_plain(appliers[vocab], torch.zeros((rows, vocab), device="cuda", dtype=dtype), stream)  # type: ignore[arg-type]
+    bench_applier = CudaBitmaskApplier(torch.device("cuda"), rows, vocab, defines=[PLAIN_KERNELS])
     generator = torch.Generator().manual_seed(9)
     mask = masks("random", rows, vocab, generator)
     logits = torch.randn((rows, vocab), generator=generator).to(dtype)
     expected = logits.clone()
     apply_token_bitmask_cpu(expected, mask)
-    gpu = logits.cuda()
     bench_applier.host_masks(rows).copy_(mask)
-    bench_applier.apply(gpu, torch.cuda.current_stream().cuda_stream, naive=True)
+    bench_applier.apply(torch.zeros((rows, vocab), device="cuda", dtype=dtype), stream)  # the masks to the device
+    gpu = logits.cuda()
+    run_plain(bench_applier, gpu, stream)
     assert same_bits(gpu, expected)
-    assert bench_applier.last_launch is not None and bench_applier.last_launch.kernel.startswith("naive_")
 
 
 def test_a_larger_batch_reallocates_and_drops_the_graphs() -> None:
