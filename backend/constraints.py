@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from llguidance import LLMatcher, LLTokenizer
 
-from backend.errors import InvalidRequest, Unavailable
+from backend.errors import InvalidConstraint, Unavailable
 from backend.guidance_tokenizer import guidance_tokenizer
 from backend.masking import BitmaskApplier, CpuBitmaskApplier
 from llgtriton.guides import CompilerBusy, GuideError, llguidance_panics_refused, on_compile_thread, short
@@ -64,7 +64,7 @@ class GrammarCache:
             return template.deep_copy()
 
     def matcher(self, grammar: str) -> LLMatcher:
-        """A fresh matcher for ``grammar``; raises :class:`InvalidRequest` if it does not compile.
+        """A fresh matcher for ``grammar``; raises :class:`InvalidConstraint` if it does not compile.
 
         A new grammar is tried on fresh copies before it is kept (:meth:`_probe`): limits that
         llguidance meets only while generating (more than 2,000 items in an Earley row, a lexer out
@@ -76,7 +76,7 @@ class GrammarCache:
         try:
             template = on_compile_thread(lambda: self._compile(grammar))
         except GuideError as exc:
-            raise InvalidRequest(str(exc)) from None
+            raise InvalidConstraint(str(exc)) from None
         except CompilerBusy as exc:
             raise Unavailable(str(exc)) from None
         with self._lock:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from llgtriton.wire import ErrorKind, WireError
+from llgtriton.wire import INVALID_CONSTRAINT, ErrorKind, WireError
 
 
 class BackendError(Exception):
@@ -22,6 +22,14 @@ class InvalidRequest(BackendError):
     """The request cannot be served as sent (bad parameter, prompt too long, ...)."""
 
     code = ErrorKind.INVALID_ARGUMENT
+
+
+class InvalidConstraint(InvalidRequest):
+    """The request's constraint (its guide, or its tools' grammar) cannot be compiled. Its text says
+    so first (``INVALID_CONSTRAINT``), for the proxy to name the field the constraint came from."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(INVALID_CONSTRAINT + reason)
 
 
 class Unsupported(BackendError):

@@ -15,14 +15,15 @@ from typing import Any, Protocol
 
 from backend.chat_template import ChatTemplate
 from backend.contract import ResponseSink, deliver_failure
-from backend.errors import BackendError, InvalidRequest, Unavailable
+from backend.errors import BackendError, InvalidConstraint, InvalidRequest, Unavailable
 from backend.requests import EngineRequest, SamplingParams
 from backend.response_pump import ResponsePump
 from backend.telemetry import StepCounters
-from llgtriton.guides import ANY_JSON_OBJECT, GuideError, grammar_for
+from llgtriton.guides import GuideError
 from llgtriton.messages import refused_template_variable
 from llgtriton.reasoning import TAGS as REASONING_TAGS
 from llgtriton.reasoning import ReasoningFormat, thinks
+from llgtriton.request_grammar import request_grammar
 from llgtriton.tool_formats import ToolCallFormat
 from llgtriton.wire import (
     LOGIT_BIAS_BOUND,
@@ -67,17 +68,6 @@ def sampling_params(request: GenerationRequest) -> SamplingParams:
         seed=request.seed,
         logit_bias=request.logit_bias,
     )
-
-
-def _answer_schema(request: GenerationRequest) -> str | None:
-    """The JSON schema (text) a plain answer must match beside tools; None: free text."""
-    if request.guide_type is None:
-        return None
-    if request.guide_type is GuideType.JSON:
-        return request.guide or json.dumps(ANY_JSON_OBJECT)
-    if request.guide_type is GuideType.JSON_SCHEMA and request.guide:
-        return request.guide
-    raise InvalidRequest("tools combine only with a JSON answer format (json_object or json_schema)")
 
 
 class _NamingFormats:
@@ -200,25 +190,16 @@ class GenerationService:
         return self._chat_template.tool_format
 
     def grammar(self, request: GenerationRequest) -> str | None:
-        """The request's constraint as an llguidance grammar (the scheduler compiles it, off this thread).
-
-        Tools are constrained to the model's own call syntax; under ``auto`` a JSON answer format
-        is what a plain answer must be.
-        """
+        """The request's constraint as an llguidance grammar, tools in the model's own call syntax
+        (the scheduler compiles it, off this thread)."""
+        if request.tools is None and request.guide_type is None:
+            return None
         try:
-            if request.tools is not None:
-                special = self._chat_template.special_tokens
-                lark = self.tool_format.grammar(request.tools, _answer_schema(request), special)
-                grammar = grammar_for(GuideType.LARK, lark)
-            elif request.guide_type is not None:
-                grammar = grammar_for(request.guide_type, request.guide)
-            else:
-                return None
             reasoning = self.reasoning(request)
-            if reasoning is None:
-                return grammar
-            return reasoning.after_thinking(grammar, self._chat_template.special_tokens)
-        except (GuideError, ValueError) as exc:
+            return request_grammar(request, self.tool_format, self._chat_template.special_tokens, reasoning)
+        except GuideError as exc:
+            raise InvalidConstraint(str(exc)) from None
+        except ValueError as exc:  # tools beside a constraint that is no JSON answer format
             raise InvalidRequest(str(exc)) from None
 
     def reasoning(self, request: GenerationRequest) -> ReasoningFormat | None:

@@ -46,10 +46,19 @@ from llgtriton.token_logprobs import (
     prompt_logprobs_json,
 )
 from llgtriton.tools import ToolRequest
-from llgtriton.wire_errors import MAX_ERROR_CHARS, ErrorKind, WireError, error_message, parse_error_message
+from llgtriton.wire_errors import (
+    INVALID_CONSTRAINT,
+    MAX_ERROR_CHARS,
+    ErrorKind,
+    WireError,
+    constraint_refusal,
+    error_message,
+    parse_error_message,
+)
 
 # Names of the contract defined beside it (wire_errors, tensor_values, token_logprobs), exported here too.
 __all__ = [
+    "INVALID_CONSTRAINT",
     "MAX_ERROR_CHARS",
     "Alternative",
     "Array",
@@ -60,6 +69,7 @@ __all__ = [
     "ValuesGetter",
     "WireError",
     "client_datatype",
+    "constraint_refusal",
     "error_message",
     "parse_error_message",
 ]

@@ -26,6 +26,9 @@ class ErrorKind(enum.StrEnum):
     INTERNAL = "internal"
 
 
+# Leads the text of an ``invalid_argument`` error whose cause is the request's constraint (its guide,
+# or the grammar of its tools): the proxy answers it as the request field the constraint came from.
+INVALID_CONSTRAINT = "invalid constraint: "
 MAX_ERROR_CHARS = 500
 # An absolute path of two or more parts (a model folder, a cache file): the server's business, not a client's.
 _PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@+~-]+/)+[\w.@+~-]*")
@@ -47,3 +50,8 @@ def parse_error_message(message: str) -> tuple[ErrorKind | None, str]:
         if separator and head in ErrorKind._value2member_map_:
             return ErrorKind(head), rest
     return None, message
+
+
+def constraint_refusal(text: str) -> str | None:
+    """Why the constraint was refused, when :data:`INVALID_CONSTRAINT` leads ``text``; None for other errors."""
+    return text.removeprefix(INVALID_CONSTRAINT) if text.startswith(INVALID_CONSTRAINT) else None

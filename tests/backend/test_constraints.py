@@ -22,7 +22,7 @@ from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
 from llgtriton.guides import grammar_for
 from llgtriton.messages import ChatMessage
-from llgtriton.wire import FinishReason, GuideType
+from llgtriton.wire import FinishReason, GuideType, constraint_refusal
 from tests.backend.recording import run as generate
 from tests.support.harness import RecordingSink
 
@@ -198,11 +198,13 @@ def test_grammars_are_compiled_once(guidance: Guidance) -> None:
     assert first.consume_tokens(guidance.processor.tokenizer.tokenize_str("[1")) and not second.is_error()
 
 
-def test_a_grammar_that_does_not_compile_is_an_invalid_request(
+def test_a_grammar_that_does_not_compile_is_an_invalid_request_saying_the_constraint_is_refused(
     guidance: Guidance,
 ) -> None:
-    with pytest.raises(InvalidRequest, match="unknown name"):
+    with pytest.raises(InvalidRequest) as refused:
         GrammarCache(guidance.processor.tokenizer).matcher("start: missing_rule")
+    reason = constraint_refusal(str(refused.value))  # how the wire tells the proxy: a 400 naming the field
+    assert reason is not None and "unknown name" in reason
 
 
 def test_the_grammar_cache_is_bounded_by_bytes(guidance: Guidance) -> None:
