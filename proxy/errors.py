@@ -33,6 +33,9 @@ class InvalidRequestError(ProxyError):
     type = "invalid_request_error"
 
 
+INVALID_CONSTRAINT = "invalid_constraint"  # the code of a 400 for a constraint (or tools) that cannot be compiled
+
+
 class AuthenticationError(ProxyError):
     """401: an API key is configured and the request did not send a valid one."""
 

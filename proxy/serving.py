@@ -13,7 +13,7 @@ from typing import Any, TypeVar, cast
 
 from llgtriton import wire
 from llgtriton.tool_formats import FORMATS, ToolCallFormat
-from proxy.errors import InternalError
+from proxy.errors import InternalError, InvalidRequestError
 from proxy.guards import GenerationSlots, LocalInFlight
 from proxy.logprobs import chat_logprobs, completion_logprobs
 from proxy.protocol import (
@@ -253,12 +253,15 @@ class Generations:
         completion_id = new_id("chatcmpl")
         translation = await asyncio.to_thread(chat_generation, request)
         with self.slots.beyond_the_request(request.n - 1):
-            finished = await _all(
-                [
-                    _final(self._client.generate(generation, _request_id(completion_id, index, request.n)))
-                    for index, generation in enumerate(_copies(translation.generation, request.n))
-                ]
-            )
+            try:
+                finished = await _all(
+                    [
+                        _final(self._client.generate(generation, _request_id(completion_id, index, request.n)))
+                        for index, generation in enumerate(_copies(translation.generation, request.n))
+                    ]
+                )
+            except InvalidRequestError as exc:  # the backend's refusals name no request field
+                raise translation.refusal(exc) from None
         choices = []
         for index, done in enumerate(finished):
             message, finish = _assistant(translation.tools, done.text, done.reason, done.tool_call_format)
@@ -320,23 +323,30 @@ class Generations:
             lasts[index] = last
 
         with self.slots.beyond_the_request(request.n - 1):
-            async for item in _merged([choice(index, generation) for index, generation in enumerate(generations)]):
-                yield item
+            try:
+                async for item in _merged([choice(index, generation) for index, generation in enumerate(generations)]):
+                    yield item
+            except InvalidRequestError as exc:  # the backend's refusals name no request field
+                raise translation.refusal(exc) from None
         if request.include_usage():
             usage = _usage_of([last for last in lasts if last is not None])
             yield ChatCompletionChunk(id=completion_id, created=created, model=self.model_name, choices=[], usage=usage)
 
     async def completion(self, request: CompletionRequest) -> Completion:
         completion_id = new_id("cmpl")
-        generation = await asyncio.to_thread(completion_generation, request)
+        translation = await asyncio.to_thread(completion_generation, request)
+        generation = translation.generation
         runs = _runs(generation, request.n)
         with self.slots.beyond_the_request(runs - 1):
-            finished = await _all(
-                [
-                    _final(self._client.generate(copy, _request_id(completion_id, index, request.n)))
-                    for index, copy in enumerate(_copies(generation, runs))
-                ]
-            )
+            try:
+                finished = await _all(
+                    [
+                        _final(self._client.generate(copy, _request_id(completion_id, index, request.n)))
+                        for index, copy in enumerate(_copies(generation, runs))
+                    ]
+                )
+            except InvalidRequestError as exc:  # the backend's refusals name no request field
+                raise translation.refusal(exc) from None
         finished = [finished[index % runs] for index in range(request.n)]  # a prompt scored once serves n
         choices = [
             CompletionChoice(
@@ -357,9 +367,9 @@ class Generations:
 
     async def completion_stream(self, request: CompletionRequest) -> AsyncGenerator[Completion]:
         completion_id, created = new_id("cmpl"), now()
-        generation = await asyncio.to_thread(completion_generation, request)
-        runs = _runs(generation, request.n)
-        copies = _copies(generation, runs)
+        translation = await asyncio.to_thread(completion_generation, request)
+        runs = _runs(translation.generation, request.n)
+        copies = _copies(translation.generation, runs)
         lasts: list[wire.GenerationOutput | None] = [None] * len(copies)
 
         async def choice(index: int, copy: wire.GenerationRequest) -> AsyncIterator[Completion]:
@@ -387,9 +397,12 @@ class Generations:
             lasts[index] = last
 
         with self.slots.beyond_the_request(runs - 1):
-            async for item in _merged([choice(index, copy) for index, copy in enumerate(copies)]):
-                for index in range(item.choices[0].index, request.n, runs):  # a prompt scored once serves n
-                    yield item if index == item.choices[0].index else _as_choice(item, index)
+            try:
+                async for item in _merged([choice(index, copy) for index, copy in enumerate(copies)]):
+                    for index in range(item.choices[0].index, request.n, runs):  # a prompt scored once serves n
+                        yield item if index == item.choices[0].index else _as_choice(item, index)
+            except InvalidRequestError as exc:  # the backend's refusals name no request field
+                raise translation.refusal(exc) from None
         if request.include_usage():
             usage = _usage_of([last for index in range(request.n) if (last := lasts[index % runs]) is not None])
             yield Completion(id=completion_id, created=created, model=self.model_name, choices=[], usage=usage)

@@ -30,7 +30,7 @@ from llgtriton.guides import (
 )
 from llgtriton.tools import ToolMode, ToolRequest
 from llgtriton.wire import GuideType
-from proxy.errors import InvalidRequestError, ServiceUnavailableError
+from proxy.errors import INVALID_CONSTRAINT, InvalidRequestError, ServiceUnavailableError
 from proxy.protocol import (
     ChatCompletionRequest,
     ChatMessage,
@@ -55,9 +55,17 @@ class Constraint:
 
 
 @dataclass(frozen=True)
-class ChatTranslation:
+class Translation:
     generation: wire.GenerationRequest
-    tools: ToolPlan | None
+    tools: ToolPlan | None = None
+    constraint_field: str | None = None  # the request field the backend's grammar comes from
+
+    def refusal(self, error: InvalidRequestError) -> InvalidRequestError:
+        """``error``, when it is the backend's refusal of the request's grammar, naming the field it came from."""
+        field = self.constraint_field
+        if field is None or error.code != INVALID_CONSTRAINT or error.param is not None:
+            return error
+        return InvalidRequestError(f"invalid {field}: {error.message}", param=field, code=INVALID_CONSTRAINT)
 
 
 def _refuse(feature: str, param: str) -> InvalidRequestError:
@@ -102,7 +110,7 @@ def check_constraint(constraint: Constraint) -> None:
         _compiled.check(constraint.guide_type, constraint.guide)
     except GuideError as exc:
         raise InvalidRequestError(
-            f"invalid {constraint.param}: {exc}", param=constraint.param, code="invalid_constraint"
+            f"invalid {constraint.param}: {exc}", param=constraint.param, code=INVALID_CONSTRAINT
         ) from None
     except CompilerBusy as exc:
         raise ServiceUnavailableError(str(exc)) from None
@@ -308,7 +316,7 @@ def _check_tool_results(messages: list[ChatMessage]) -> None:
             )
 
 
-def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
+def chat_generation(request: ChatCompletionRequest) -> Translation:
     _check_tool_results(request.messages)
     legacy = request.functions is not None
     request = _legacy_functions(request)
@@ -344,10 +352,11 @@ def chat_generation(request: ChatCompletionRequest) -> ChatTranslation:
         tools=None if plan is None else plan.request,
         template_kwargs=request.chat_template_kwargs or {},
     )
-    return ChatTranslation(_generation(request, constraint, inputs), plan)
+    field = "tools" if plan is not None else constraint.param if constraint is not None else None
+    return Translation(_generation(request, constraint, inputs), plan, field)
 
 
-def completion_generation(request: CompletionRequest) -> wire.GenerationRequest:
+def completion_generation(request: CompletionRequest) -> Translation:
     if request.max_tokens == 0 and not request.echo:
         raise InvalidRequestError("max_tokens 0 generates nothing; send echo to score the prompt", param="max_tokens")
     if request.suffix:
@@ -366,4 +375,5 @@ def completion_generation(request: CompletionRequest) -> wire.GenerationRequest:
         prompt_logprobs=bool(request.echo)
         and (request.logprobs is not None or request.max_tokens == 0 or request.prompt_text() is None),
     )
-    return _generation(request, constraint, inputs)
+    field = constraint.param if constraint is not None else None
+    return Translation(_generation(request, constraint, inputs), constraint_field=field)

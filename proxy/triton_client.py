@@ -14,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from llgtriton import wire
 from proxy.errors import (
+    INVALID_CONSTRAINT,
     InternalError,
     InvalidRequestError,
     ProxyError,
@@ -70,6 +71,9 @@ def _stream_error(error: InferenceServerException) -> ProxyError:
     server cannot serve them: unavailable, worth a retry here or on another replica."""
     message = error.message() if isinstance(error, InferenceServerException) else str(error)
     kind, text = wire.parse_error_message(message or "")
+    refused = wire.constraint_refusal(text) if kind is wire.ErrorKind.INVALID_ARGUMENT else None
+    if refused is not None:  # the request's grammar: the caller names the field it came from
+        return InvalidRequestError(refused, code=INVALID_CONSTRAINT)
     if kind is not None:
         return _KIND_ERRORS[kind](text)
     return ServiceUnavailableError(f"Triton: {message}; retry later")

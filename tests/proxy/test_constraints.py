@@ -23,6 +23,7 @@ from llgtriton.messages import ChatMessage
 from llgtriton.tool_formats import FORMATS
 from llgtriton.tools import PastCall, ToolMode
 from llgtriton.wire import GuideType
+from proxy.errors import InvalidRequestError
 from tests.llgtriton.matching import accepts
 from tests.proxy.scripted import (
     MODEL,
@@ -349,6 +350,30 @@ async def test_invalid_constraint_through_the_sdk(sdk: openai.AsyncOpenAI, clien
     assert caught.value.code == "invalid_constraint"
     assert "unclosed group" in caught.value.message
     assert client.requests == []
+
+
+# What the Triton client raises when the backend refuses a request's grammar (tests/proxy/test_triton_client.py).
+BACKEND_REFUSAL = InvalidRequestError("at 1(7): unknown name", code="invalid_constraint")
+JSON_SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("path", "fields", "param"),
+    [
+        (CHAT, {"tools": TOOLS}, "tools"),
+        (CHAT, {"tools": TOOLS, "response_format": JSON_SCHEMA_FORMAT}, "tools"),  # the format holds alone
+        (CHAT, {"response_format": JSON_SCHEMA_FORMAT}, "response_format"),
+        (COMPLETIONS, {"structured_outputs": {"regex": "[0-9]+"}}, "structured_outputs.regex"),
+    ],
+)
+async def test_a_grammar_the_backend_refuses_is_a_400_naming_the_field_it_came_from(
+    *, http: httpx.AsyncClient, client: ScriptedClient, path: str, fields: dict[str, Any], param: str, stream: bool
+) -> None:
+    client.script(_outputs("x"), error=BACKEND_REFUSAL, error_after=0)
+    response = await http.post(path, json=_body(path, stream=stream, **fields))
+    error = assert_error(response, 400, "invalid_request_error", code="invalid_constraint", param=param)
+    assert error["message"] == f"invalid {param}: at 1(7): unknown name"
 
 
 # Tools: what the backend is asked for -------------------------------------------------------

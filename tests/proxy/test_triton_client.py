@@ -167,3 +167,12 @@ def test_an_error_in_the_stream_maps_to_the_status_its_kind_names(
     assert type(error) is error_type
     assert text in str(error)
     assert "[invalid_argument]" not in str(error)
+
+
+def test_the_backends_refusal_of_a_constraint_is_an_invalid_constraint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The field the constraint came from is the caller's to name (the backend knows only its grammar)."""
+    text = wire.error_message(wire.ErrorKind.INVALID_ARGUMENT, wire.INVALID_CONSTRAINT + "Invalid type: foo")
+    stream = FakeStream([(None, InferenceServerException(text))])
+    with pytest.raises(InvalidRequestError) as refused:
+        asyncio.run(_collect(stream, monkeypatch))
+    assert (refused.value.code, refused.value.message) == ("invalid_constraint", "Invalid type: foo")
