@@ -8,8 +8,9 @@
 - ``none``: no constraint, no tool calls.
 
 The backend writes, renders and constrains the calls in the model's own format
-(``llgtriton.tool_formats``); the plan here validates the request before it leaves, by compiling
-the calls' grammar in our own format, and says how to read the answer.
+(``llgtriton.tool_formats``), and is the one to build and compile their grammar
+(``llgtriton.request_grammar``): a schema it refuses comes back as a 400 naming ``tools`` before
+the first output. The plan here checks what needs no grammar and says how to read the answer.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llgtriton.tool_formats import FORMATS
 from llgtriton.tools import Function, ToolMode, ToolRequest
 from proxy.errors import InvalidRequestError
 from proxy.protocol import NamedToolChoice, Tool, ToolChoice
@@ -29,7 +29,6 @@ _EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 @dataclass(frozen=True)
 class ToolPlan:
     request: ToolRequest  # what the backend is sent
-    guide: str  # the calls' grammar in our own format, compiled here to refuse a bad schema early
     legacy_functions: bool = False  # asked for with ``functions``: answered with ``message.function_call``
     json_answer: bool = False  # AUTO with a JSON answer format: the output is the answer or calls, whole
 
@@ -88,5 +87,4 @@ def plan_tools(
         if not chosen:
             raise InvalidRequestError(f"tool_choice names {name!r}, which is not among the tools", param="tool_choice")
         request = ToolRequest(chosen, ToolMode.NAMED, False)
-    answer = answer_schema if request.mode is ToolMode.AUTO else None
-    return ToolPlan(request, FORMATS["generic"].grammar(request, answer), json_answer=answer is not None)
+    return ToolPlan(request, json_answer=answer_schema is not None and request.mode is ToolMode.AUTO)

@@ -1,8 +1,9 @@
 """OpenAI request bodies to the wire's :class:`GenerationRequest`; refuses what cannot be honoured.
 
-Constraints (``response_format``, ``structured_outputs`` and vLLM's older ``guided_*`` fields,
-``tools``) are compiled here with llguidance, without the model, so a bad one is a 400 before
-the request reaches Triton.
+Constraints (``response_format``, ``structured_outputs`` and vLLM's older ``guided_*`` fields)
+are compiled here with llguidance, without the model, so a bad one is a 400 before the request
+reaches Triton. The tools' grammar is built and compiled only by the backend, in the model's own
+call format; a refusal of it comes back before the first output, a 400 naming ``tools``.
 """
 
 from __future__ import annotations
@@ -224,10 +225,13 @@ def _json_answer(found: list[Constraint]) -> str | None:
     return found[0].guide or json.dumps(ANY_JSON_OBJECT)
 
 
+def _only_one(fields: list[str]) -> None:
+    if len(fields) > 1:
+        raise InvalidRequestError(f"one constraint per request; got {' and '.join(fields)}", param=fields[1])
+
+
 def _one_constraint(found: list[Constraint]) -> Constraint | None:
-    if len(found) > 1:
-        fields = " and ".join(c.param for c in found)
-        raise InvalidRequestError(f"one constraint per request; got {fields}", param=found[1].param)
+    _only_one([c.param for c in found])
     if found:
         check_constraint(found[0])
         return found[0]
@@ -329,8 +333,9 @@ def chat_generation(request: ChatCompletionRequest) -> Translation:
         plan = dataclasses.replace(plan, legacy_functions=True)
     if plan is not None:
         # A JSON answer format composes with tools (the backend's grammar holds it); any other
-        # constraint does not. The calls' grammar is compiled here, and only the tools are sent.
-        _one_constraint([*(found if answer is None else []), Constraint(GuideType.LARK, plan.guide, "tools")])
+        # constraint does not. The calls' grammar is the backend's to build, in the model's own
+        # format, and to refuse: its refusal names "tools" (Translation.refusal).
+        _only_one([*(c.param for c in found if answer is None), "tools"])
         found = found if answer is not None and plan.mode is ToolMode.AUTO else []
     constraint = _one_constraint(found)
     # A legacy function result is what the chat templates call a tool message.

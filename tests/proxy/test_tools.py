@@ -70,8 +70,9 @@ def plan(tool_choice: Any, parallel: bool | None = None, tools: list[dict[str, A
 
 
 def grammar(made: ToolPlan) -> str:
-    """The plan's constraint as llguidance compiles it (as the proxy and the backend do)."""
-    compiled = grammar_for(GuideType.LARK, made.guide)
+    """The grammar of the plan's tools as the backend builds it for a model whose chat template has no
+    tools section (our generic format), compiled by llguidance."""
+    compiled = grammar_for(GuideType.LARK, FORMATS["generic"].grammar(made.request))
     check_grammar(compiled)
     return compiled
 
