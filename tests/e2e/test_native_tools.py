@@ -151,3 +151,22 @@ def test_a_json_answer_holding_the_trigger_is_the_answer_not_a_call(sdk: openai.
     assert not whole.message.tool_calls and whole.finish_reason == "stop"
     content, calls, reason = streamed(sdk, **fields)
     assert (json.loads(content), calls, reason) == ({"note": "see <tool_call> here"}, [], "stop")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_schema_the_models_grammar_cannot_hold_is_a_400_naming_tools(sdk: openai.OpenAI, stream: bool) -> None:
+    """Only the backend builds the tools' grammar (in the model's format); its refusal is the 400, before any byte."""
+    bad: Any = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "foo"}}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.chat.completions.create(model=MODEL, messages=ASK, tools=[bad], stream=stream)
+    body: Any = refused.value.body
+    assert (body["param"], body["code"]) == ("tools", "invalid_constraint")
+    assert "Invalid type: foo" in body["message"]
+
+
+def test_a_background_response_whose_tools_cannot_be_compiled_is_refused_at_create(sdk: openai.OpenAI) -> None:
+    bad: Any = {"type": "function", "name": "get_weather", "parameters": {"type": "foo"}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.responses.create(model=MODEL, input="Weather in Paris?", tools=[bad], background=True)
+    body: Any = refused.value.body
+    assert (body["param"], body["code"]) == ("tools", "invalid_constraint")
