@@ -361,6 +361,17 @@ def chat_generation(request: ChatCompletionRequest) -> Translation:
     return Translation(_generation(request, constraint, inputs), plan, field)
 
 
+def checked_chat_generation(request: ChatCompletionRequest) -> Translation:
+    """:func:`chat_generation`, with each tool's parameters compiled as the JSON schema they are. For a
+    background response, which has no first output to wait for: it is refused before it is queued.
+    The calls' grammar around them stays the backend's to build."""
+    translation = chat_generation(request)
+    if translation.tools is not None:
+        for function in translation.tools.request.functions:
+            check_constraint(Constraint(GuideType.JSON_SCHEMA, json.dumps(function.parameters), "tools"))
+    return translation
+
+
 def completion_generation(request: CompletionRequest) -> Translation:
     if request.max_tokens == 0 and not request.echo:
         raise InvalidRequestError("max_tokens 0 generates nothing; send echo to score the prompt", param="max_tokens")

@@ -34,7 +34,7 @@ from proxy.responses.output import (
 from proxy.responses.protocol import DeletedResponse, InputItemList, Response, ResponsesRequest
 from proxy.responses.store import ACTIVE, ResponseStore, StoredResponse
 from proxy.serving import Generations
-from proxy.translate import chat_generation
+from proxy.translate import checked_chat_generation
 
 logger = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ class Responses:
         a reader anywhere then finds a log to follow."""
         # Refused now, not failed later: the constraint and the tools are checked before it is queued.
         try:
-            await asyncio.to_thread(chat_generation, prepared.chat.request)
+            await asyncio.to_thread(checked_chat_generation, prepared.chat.request)
         except ProxyError as exc:
             raise renamed(exc) from None
         await self._keep(prepared, prepared.draft, request)

@@ -708,6 +708,17 @@ async def test_a_streamed_background_response_with_a_bad_constraint_is_refused_b
     assert client.requests == []  # nothing was started
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_background_response_whose_tool_schema_cannot_compile_is_refused_at_create(
+    http: httpx.AsyncClient, client: ScriptedClient, stream: bool
+) -> None:
+    bad = {**WEATHER_TOOL, "parameters": {"type": "foo"}}
+    body = {"model": MODEL, "input": "x", "tools": [bad], "background": True, "stream": stream}
+    error = assert_error(await http.post("/v1/responses", json=body), 400, "invalid_request_error", param="tools")
+    assert error["code"] == "invalid_constraint" and "foo" in error["message"]
+    assert client.requests == []  # nothing was queued
+
+
 async def test_streaming_a_background_response_waits_for_it_to_end(
     sdk: openai.AsyncOpenAI, client: ScriptedClient
 ) -> None:
