@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+import resource
+import signal
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -502,6 +504,44 @@ async def test_a_generated_response_the_store_cannot_keep_still_comes_back_marke
         events = [event async for event in await sdk.responses.create(model=MODEL, input="x", stream=True)]
         assert events[-1].type == "response.completed"
         assert events[-1].response.output_text == "Paris" and events[-1].response.to_dict()["store"] is False
+
+
+@contextlib.contextmanager
+def files_cannot_grow_past(limit: int) -> Iterator[None]:
+    """As a full disk: a write that would make any file of this process larger than ``limit`` bytes
+    fails (EFBIG, the file-size limit) instead of killing it (SIGXFSZ ignored)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+async def test_a_full_sqlite_store_refuses_writes_with_a_503_and_still_delivers_and_reads(
+    client: ScriptedClient, store: Path
+) -> None:
+    async with sdk_for(scripted_app(client, responses_store=store)) as sdk:
+        client.script(said("Par", "is"))
+        kept = await sdk.responses.create(model=MODEL, input="Capital of France?")
+        files = [store, store.with_name(store.name + "-wal")]
+        with files_cannot_grow_past(max(path.stat().st_size for path in files if path.exists())):
+            long_input = "Say it again. " * 20_000  # more than the files may grow by
+            client.script(said("Par", "is"))
+            whole = await sdk.responses.create(model=MODEL, input=long_input)
+            assert (whole.output_text, whole.to_dict()["store"]) == ("Paris", False)
+            client.script(said("Par", "is"))
+            events = [event async for event in await sdk.responses.create(model=MODEL, input=long_input, stream=True)]
+            assert events[-1].type == "response.completed" and events[-1].response.to_dict()["store"] is False
+            with pytest.raises(openai.InternalServerError) as refused:
+                await sdk.responses.create(model=MODEL, input=long_input, background=True)
+            assert refused.value.status_code == 503 and str(store) in refused.value.message
+            assert (await sdk.responses.retrieve(kept.id)).output_text == "Paris"  # reads go on
+        client.script(said("Par", "is"))
+        again = await sdk.responses.create(model=MODEL, input=long_input)  # room again: stored again
+        assert (await sdk.responses.retrieve(again.id)).output_text == "Paris"
 
 
 async def test_reading_a_store_that_cannot_be_opened_is_a_503_naming_it(
