@@ -26,6 +26,7 @@ from llgtriton.schema_dependencies import dependencies_as_any_of
 from llgtriton.schema_formats import annotations_only
 from llgtriton.schema_not import not_as_complement
 from llgtriton.schema_one_of import every_one_of_is_disjoint
+from llgtriton.structural_tags import StructuralTag
 from llgtriton.wire import GuideType
 
 # Between JSON tokens: nothing, one space, or one newline and an indentation of at most
@@ -218,9 +219,8 @@ def with_json_options(schema: Any, options: JsonCompileOptions | dict[str, Any])
     return {**schema, "x-guidance": {**options, **(own if isinstance(own, dict) else {})}}
 
 
-def json_schema_grammar(schema: Any) -> str:
-    if schema is False:  # JSON Schema's "nothing": llguidance reports it as unsatisfiable
-        return str(LLMatcher.grammar_from_json_schema("false"))
+def _exact_schema(schema: Any) -> tuple[dict[str, Any], JsonCompileOptions]:
+    """``schema`` rewritten where llguidance would not serve it exactly, and the options it compiles with."""
     if schema is True:  # JSON Schema's "anything"
         schema = {}
     if not isinstance(schema, dict):
@@ -231,10 +231,35 @@ def json_schema_grammar(schema: Any) -> str:
     options: JsonCompileOptions = JSON_OPTIONS
     if every_one_of_is_disjoint(schema):  # then anyOf is exactly oneOf
         options = {**JSON_OPTIONS, "coerce_one_of": True}
+    return schema, options
+
+
+def json_schema_grammar(schema: Any) -> str:
+    if schema is False:  # JSON Schema's "nothing": llguidance reports it as unsatisfiable
+        return str(LLMatcher.grammar_from_json_schema("false"))
+    schema, options = _exact_schema(schema)
     try:
         return str(LLMatcher.grammar_from_json_schema(schema, defaults=options))
     except ValueError as exc:  # e.g. an integer beyond 64 bits anywhere in the schema
         raise GuideError(f"the JSON schema cannot be used: {short(str(exc))}") from None
+
+
+def structural_tag_grammar(document: Any) -> str:
+    """The Lark grammar of a structural tag (:mod:`llgtriton.structural_tags`), each schema served as
+    a JSON schema constraint is."""
+    try:
+        tag = StructuralTag.parse(document)
+    except ValueError as exc:
+        raise GuideError(f"invalid structural tag: {exc}") from None
+
+    def json_body(schema: dict[str, Any] | bool) -> str:
+        if schema is False:
+            raise GuideError("a structure whose schema is false can never be written")
+        return json.dumps(with_json_options(*_exact_schema(schema)))
+
+    lark = tag.lark(json_body)
+    _check_rules(lark, MAX_GRAMMAR_RULES)
+    return lark
 
 
 def choice_grammar(choices: Any) -> str:
@@ -321,6 +346,8 @@ def _grammar_for(guide_type: GuideType, guide: str | None) -> str:
         return str(LLMatcher.grammar_from_regex(guide))
     if guide_type is GuideType.CHOICE:
         return choice_grammar(_json_document(guide, "choice list"))
+    if guide_type is GuideType.STRUCTURAL_TAG:
+        return str(LLMatcher.grammar_from_lark(structural_tag_grammar(_json_document(guide, "structural tag"))))
     if guide_type in (GuideType.EBNF_GRAMMAR, GuideType.LARK):
         _check_rules(guide, MAX_GBNF_RULES if guide_type is GuideType.EBNF_GRAMMAR else MAX_GRAMMAR_RULES)
     if guide_type is GuideType.EBNF_GRAMMAR:

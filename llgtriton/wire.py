@@ -162,6 +162,7 @@ class GuideType(enum.StrEnum):
     EBNF_GRAMMAR = "ebnf_grammar"
     LARK = "lark"
     CHOICE = "choice"
+    STRUCTURAL_TAG = "structural_tag"  # {"structures": [{begin, schema, end}], "triggers": [...]}
 
 
 @dataclass(frozen=True)

@@ -162,8 +162,11 @@ class JsonSchemaFormat(RequestBody):
 
 
 class ResponseFormat(RequestBody):
-    type: Literal["text", "json_object", "json_schema"]
+    type: Literal["text", "json_object", "json_schema", "structural_tag"]
     json_schema: JsonSchemaFormat | None = None
+    # structural_tag (vLLM's, SGLang's, TensorRT-LLM's): [{begin, schema, end}] and the strings that open them
+    structures: list[dict[str, Any]] | None = None
+    triggers: list[str] | None = None
 
 
 class StructuredOutputs(RequestBody):
@@ -173,6 +176,7 @@ class StructuredOutputs(RequestBody):
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None
+    structural_tag: str | None = None  # a structural tag's JSON ({"structures": ..., "triggers": ...})
     # How JSON is laid out (vLLM's names): a regex for the whitespace between tokens, or none but ", " and ": ".
     whitespace_pattern: str | None = None
     disable_any_whitespace: bool = False

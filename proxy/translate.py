@@ -133,12 +133,13 @@ def _structured(outputs: StructuredOutputs, param: str, names: dict[str, str] | 
         "regex": outputs.regex,
         "choice": outputs.choice,
         "grammar": outputs.grammar,
+        "structural_tag": outputs.structural_tag,
     }
     chosen = [key for key, value in given.items() if value is not None]
     if not chosen and (outputs.whitespace_pattern is not None or outputs.disable_any_whitespace):
         return None
     if not chosen:
-        raise InvalidRequestError(f"{param} needs one of json, regex, choice, grammar", param=param)
+        raise InvalidRequestError(f"{param} needs one of {', '.join(given)}", param=param)
     if len(chosen) > 1:
         fields = [name(key) for key in chosen]
         raise InvalidRequestError(f"one constraint per request; got {' and '.join(fields)}", param=fields[1])
@@ -149,6 +150,8 @@ def _structured(outputs: StructuredOutputs, param: str, names: dict[str, str] | 
         return Constraint(GuideType.CHOICE, json.dumps(outputs.choice), name("choice"))
     if outputs.regex is not None:
         return Constraint(GuideType.REGEX, outputs.regex, name("regex"))
+    if outputs.structural_tag is not None:
+        return Constraint(GuideType.STRUCTURAL_TAG, outputs.structural_tag, name("structural_tag"))
     assert key == "grammar"
     return Constraint(GuideType.LARK, outputs.grammar, name("grammar"))
 
@@ -166,6 +169,9 @@ def _constraints(request: GenerationRequestBase) -> list[Constraint]:
         # OpenAI, objects are closed.
         schema = closed_objects(spec.schema_) if spec.strict else spec.schema_
         found.append(Constraint(GuideType.JSON_SCHEMA, json.dumps(schema), "response_format"))
+    elif response_format is not None and response_format.type == "structural_tag":
+        tag = {"structures": response_format.structures, "triggers": response_format.triggers}
+        found.append(Constraint(GuideType.STRUCTURAL_TAG, json.dumps(tag), "response_format"))
     structured = request.structured_outputs
     given = _structured(structured, "structured_outputs") if structured is not None else None
     if given is not None:

@@ -160,6 +160,8 @@ def _response_format(request: ResponsesRequest) -> dict[str, Any] | None:
     text_format = request.text.format if request.text is not None else None
     if text_format is None or text_format.type == "text":
         return None
+    if text_format.type == "structural_tag":
+        return {"type": "structural_tag", "structures": text_format.structures, "triggers": text_format.triggers}
     if text_format.type == "json_object":
         return {"type": "json_object"}
     if text_format.schema_ is None:

@@ -106,11 +106,13 @@ class NamedFunctionChoice(RequestBody):
 
 
 class TextFormat(RequestBody):
-    type: Literal["text", "json_object", "json_schema"]
+    type: Literal["text", "json_object", "json_schema", "structural_tag"]
     name: str | None = None
     description: str | None = None
     schema_: dict[str, Any] | bool | None = Field(None, alias="schema")
     strict: bool | None = None
+    structures: list[dict[str, Any]] | None = None  # structural_tag, as in chat's response_format
+    triggers: list[str] | None = None
 
 
 class TextConfig(RequestBody):

@@ -233,3 +233,40 @@ def test_triton_backend_refuses_a_bad_guide(server: RunningServer) -> None:
     (_, error), *_ = received
     assert error is not None and "regex" in str(error)
     assert error.message().startswith("[invalid_argument] ")  # the kind the proxy maps to 400
+
+
+# Every space opens a structure: " <", then 1 or 2, then ">". A model writes spaces, so the tag is used.
+SPACED_TAG: dict[str, Any] = {
+    "structures": [{"begin": " <", "schema": {"enum": [1, 2]}, "end": ">"}],
+    "triggers": [" "],
+}
+SPACED = re.compile(r"[^ ]*( <[12]>[^ ]*)*( <[12]?)?")  # the last may be cut by max_tokens
+
+
+def test_a_structural_tag_through_the_openai_api(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Describe Paris in a sentence."}],
+        temperature=0,
+        max_tokens=24,
+        extra_body={"response_format": {"type": "structural_tag", **SPACED_TAG}},  # (the SDK's type lacks it)
+    )
+    text = response.choices[0].message.content or ""
+    assert " <" in text and SPACED.fullmatch(text), text
+
+
+def test_a_structural_tag_on_the_triton_wire(server: RunningServer) -> None:
+    received = run_stream(
+        server,
+        [
+            tensor("text_input", b"Paris is a city in France. It is", "BYTES"),
+            tensor("max_tokens", 24, "INT32"),
+            tensor("temperature", 0.0, "FP32"),
+            tensor("guided_decoding_guide_type", b"structural_tag", "BYTES"),
+            tensor("guided_decoding_guide", json.dumps(SPACED_TAG).encode(), "BYTES"),
+        ],
+    )
+    (result, error), *_ = received
+    assert error is None
+    text = text_of(result)
+    assert " <" in text and SPACED.fullmatch(text), text

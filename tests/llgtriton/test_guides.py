@@ -87,6 +87,14 @@ GOOD: list[tuple[GuideType, str | None, list[str], list[str]]] = [
     (GuideType.EBNF_GRAMMAR, 'root ::= "yes" | "no" digit\ndigit ::= [0-9]', ["yes", "no7"], ["no", "yes7"]),
     (GuideType.LARK, 'start: "a" b+\nb: "b"', ["ab", "abbb"], ["a", "b", "abc"]),
     (GuideType.CHOICE, json.dumps(["yes", "no", 'a "quoted" \\ one', "é"]), ["yes", 'a "quoted" \\ one', "é"], []),
+    (
+        GuideType.STRUCTURAL_TAG,
+        json.dumps(
+            {"structures": [{"begin": "<n>", "schema": {"type": "integer"}, "end": "</n>"}], "triggers": ["<n"]}
+        ),
+        ["free text", "a <n>12</n> b", ""],
+        ["a <n>x</n>", "a <n>1", "a <n"],
+    ),
 ]
 
 

@@ -980,3 +980,55 @@ async def test_legacy_function_calling_errors(
 
 async def test_legacy_fields_sent_as_null_are_fine(http: httpx.AsyncClient, client: ScriptedClient) -> None:
     await _constraint(http, client, CHAT, functions=None, function_call=None)
+
+
+# Structural tags ------------------------------------------------------------------------------
+
+WEATHER_TAG: dict[str, Any] = {
+    "structures": [{"begin": "<function=get_weather>", "schema": SCHEMA, "end": "</function>"}],
+    "triggers": ["<function="],
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"response_format": {"type": "structural_tag", **WEATHER_TAG}},
+        {"structured_outputs": {"structural_tag": json.dumps(WEATHER_TAG)}},
+    ],
+)
+async def test_a_structural_tag_travels_as_its_own_guide_type(
+    http: httpx.AsyncClient, client: ScriptedClient, path: str, fields: dict[str, Any]
+) -> None:
+    request = await _constraint(http, client, path, **fields)
+    assert request.guide_type is GuideType.STRUCTURAL_TAG and request.guide is not None
+    assert json.loads(request.guide) == WEATHER_TAG
+    grammar = grammar_for(request.guide_type, request.guide)  # what the backend then enforces
+    assert accepts(grammar, 'Sure. <function=get_weather>{"name":"Ada"}</function>')
+    assert not accepts(grammar, 'Sure. <function=get_weather>{"age":3}</function>')
+
+
+async def test_a_structural_tag_on_the_responses_api(http: httpx.AsyncClient, client: ScriptedClient) -> None:
+    body = {"model": MODEL, "input": "x", "store": False, "text": {"format": {"type": "structural_tag", **WEATHER_TAG}}}
+    response = await http.post("/v1/responses", json=body)
+    assert response.status_code == 200, response.text
+    assert client.requests[0].guide_type is GuideType.STRUCTURAL_TAG
+    assert json.loads(client.requests[0].guide or "") == WEATHER_TAG
+
+
+@pytest.mark.parametrize(
+    ("tag", "problem"),
+    [
+        ({"structures": [], "triggers": ["<f"]}, "structures"),
+        ({**WEATHER_TAG, "triggers": ["<tool_call>"]}, "starts with none of the triggers"),
+        ({**WEATHER_TAG, "structures": [{"begin": "<function=f>", "schema": {"type": "nope"}}]}, "nope"),
+    ],
+)
+async def test_a_bad_structural_tag_is_a_400_saying_why(
+    http: httpx.AsyncClient, client: ScriptedClient, tag: dict[str, Any], problem: str
+) -> None:
+    response = await http.post(CHAT, json=chat_body(response_format={"type": "structural_tag", **tag}))
+    error = assert_error(response, 400, "invalid_request_error", code="invalid_constraint", param="response_format")
+    assert problem in error["message"]
+    assert client.requests == []
