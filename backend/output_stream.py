@@ -18,9 +18,30 @@ from backend.output_grammar import OutputGrammar
 from backend.requests import EngineRequest
 from backend.stop_strings import StopStringFilter
 from llgtriton.reasoning import ReasoningSplitter, Split
-from llgtriton.wire import FinishReason, GenerationOutput, PromptLogprobs, TokenLogprob
+from llgtriton.wire import FinishReason, GenerationOutput, GrammarPressure, PromptLogprobs, TokenLogprob
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PressureTally:
+    """The grammar's pressure on one output, step by step: the mass each mask removed, and whether it
+    removed the model's first choice. A step the grammar did not mask removed nothing."""
+
+    tokens: int = 0
+    removed: float = 0.0
+    most: float = 0.0
+    forbidden: int = 0
+
+    def add(self, removed: float, first_choice_forbidden: bool) -> None:
+        self.tokens += 1
+        self.removed += removed
+        self.most = max(self.most, removed)
+        self.forbidden += first_choice_forbidden
+
+    def report(self) -> GrammarPressure:
+        mean = self.removed / self.tokens if self.tokens else 0.0
+        return GrammarPressure(self.tokens, mean, self.most, self.forbidden)
 
 
 @dataclass(eq=False)
@@ -39,8 +60,11 @@ class OutputStream:
     thinking: ReasoningSplitter | None = None  # follows the thinking token by token, to count its tokens
     splitter: ReasoningSplitter | None = None  # splits the emitted text into thinking and answer
     grammar: OutputGrammar | None = None  # where a constrained output may end
+    pressure: PressureTally | None = None  # how hard the grammar pushed, when the request asked
 
     def __post_init__(self) -> None:
+        if self.request.grammar_pressure:
+            self.pressure = PressureTally()
         if self.grammar is not None:
             grammar = self.grammar
             self.stop_filter.may_stop = lambda before: grammar.completes("".join(self.text) + before)
@@ -66,6 +90,7 @@ class OutputStream:
             prompt_logprobs=prompt_logprobs,
             reasoning_tokens=self.reasoning_tokens,
             reasoning=reasoning,
+            grammar_pressure=self.pressure.report() if self.pressure is not None and finish_reason else None,
         )
 
     def push(self, token: int, eos: Collection[int], max_model_len: int) -> GenerationOutput | None:

@@ -63,3 +63,4 @@ class EngineRequest:
     kept_tokens: frozenset[int] = frozenset()  # special tokens written into the text (tool-call tags)
     reasoning: ReasoningFormat | None = None  # how the output marks its thinking, when it thinks
     ignore_eos: bool = False  # end tokens do not end the output; max_tokens (or the context) does
+    grammar_pressure: bool = False  # the final response reports how hard the grammar pushed

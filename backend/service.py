@@ -270,6 +270,7 @@ class GenerationService:
             kept_tokens=self._kept_tokens(request, reasoning),
             reasoning=reasoning,
             ignore_eos=request.ignore_eos,
+            grammar_pressure=request.grammar_pressure,
         )
 
     def _kept_tokens(self, request: GenerationRequest, reasoning: ReasoningFormat | None) -> frozenset[int]:

@@ -40,10 +40,6 @@ from llgtriton.token_logprobs import (
     Alternative,
     PromptLogprobs,
     TokenLogprob,
-    logprobs_from_json,
-    logprobs_json,
-    prompt_logprobs_from_json,
-    prompt_logprobs_json,
 )
 from llgtriton.tools import ToolRequest
 from llgtriton.wire_errors import (
@@ -55,14 +51,48 @@ from llgtriton.wire_errors import (
     error_message,
     parse_error_message,
 )
+from llgtriton.wire_outputs import (
+    FINISH_REASON,
+    NUM_INPUT_TOKENS,
+    NUM_OUTPUT_TOKENS,
+    NUM_REASONING_TOKENS,
+    OUTPUT_TYPES,
+    PROMPT_LOGPROBS,
+    REASONING_FORMAT,
+    REASONING_OUTPUT,
+    TEXT_OUTPUT,
+    TOKEN_LOGPROBS,
+    TOOL_CALL_FORMAT,
+    FinishReason,
+    GenerationOutput,
+    GrammarPressure,
+    decode_output,
+    decode_output_values,
+    encode_output,
+)
 
-# Names of the contract defined beside it (wire_errors, tensor_values, token_logprobs), exported here too.
+# Names of the contract defined beside it (wire_errors, wire_outputs, tensor_values, token_logprobs),
+# exported here too.
 __all__ = [
+    "FINISH_REASON",
     "INVALID_CONSTRAINT",
     "MAX_ERROR_CHARS",
+    "NUM_INPUT_TOKENS",
+    "NUM_OUTPUT_TOKENS",
+    "NUM_REASONING_TOKENS",
+    "OUTPUT_TYPES",
+    "PROMPT_LOGPROBS",
+    "REASONING_FORMAT",
+    "REASONING_OUTPUT",
+    "TEXT_OUTPUT",
+    "TOKEN_LOGPROBS",
+    "TOOL_CALL_FORMAT",
     "Alternative",
     "Array",
     "ErrorKind",
+    "FinishReason",
+    "GenerationOutput",
+    "GrammarPressure",
     "PromptLogprobs",
     "TensorGetter",
     "TokenLogprob",
@@ -70,6 +100,9 @@ __all__ = [
     "WireError",
     "client_datatype",
     "constraint_refusal",
+    "decode_output",
+    "decode_output_values",
+    "encode_output",
     "error_message",
     "parse_error_message",
 ]
@@ -96,6 +129,7 @@ LOGIT_BIAS = "logit_bias"  # JSON object {"<token id>": bias}, as OpenAI's
 TOOLS = "tools"  # JSON {functions, mode, parallel}: llgtriton.tools.ToolRequest
 CHAT_TEMPLATE_KWARGS = "chat_template_kwargs"  # JSON object passed to the chat template (vLLM's name)
 IGNORE_EOS = "ignore_eos"  # run to max_tokens past end tokens (vLLM's name; load generators send it)
+REPORT_GRAMMAR_PRESSURE = "report_grammar_pressure"  # the final response carries grammar_pressure
 # Alone, instead of a prompt: whether the engine can take requests now (the proxy's /ready asks).
 HEALTH_CHECK = "health_check"
 
@@ -114,43 +148,12 @@ ADMIN_KEY_HEADER = "llgtriton-admin-key"
 INFERENCE_KEY_HEADER = "llgtriton-key"
 GRPC_KEY_PREFIX = "triton-grpc-protocol-"  # Triton's gRPC endpoint reads the key under this prefix
 
-# Outputs ------------------------------------------------------------------------------------
-TEXT_OUTPUT = "text_output"  # the answer: a reasoning model's thinking, and its tags, are left out
-REASONING_OUTPUT = "reasoning_output"  # a reasoning model's thinking, without its tags (absent when none)
-FINISH_REASON = "finish_reason"
-NUM_INPUT_TOKENS = "num_input_tokens"
-NUM_OUTPUT_TOKENS = "num_output_tokens"
-NUM_REASONING_TOKENS = "num_reasoning_tokens"  # of the output tokens, those the model thought in
-TOKEN_LOGPROBS = "token_logprobs"  # JSON list, one entry per token of this response (absent when not asked)
-PROMPT_LOGPROBS = "prompt_logprobs"  # JSON object, on a request's first response (absent otherwise)
-TOOL_CALL_FORMAT = "tool_call_format"  # the family calls are written in, on the first response of a request with tools
-REASONING_FORMAT = "reasoning_format"  # how the output's thinking is marked, on the first response of one that thinks
-
-# Triton data types of every output, as written in config.pbtxt (TYPE_<name>); the inputs' are
-# in REQUEST_FIELDS (INPUT_TYPES).
-OUTPUT_TYPES: dict[str, str] = {
-    TEXT_OUTPUT: "STRING",
-    REASONING_OUTPUT: "STRING",
-    FINISH_REASON: "STRING",
-    NUM_INPUT_TOKENS: "INT32",
-    NUM_OUTPUT_TOKENS: "INT32",
-    NUM_REASONING_TOKENS: "INT32",
-    TOKEN_LOGPROBS: "STRING",
-    PROMPT_LOGPROBS: "STRING",
-    TOOL_CALL_FORMAT: "STRING",
-    REASONING_FORMAT: "STRING",
-}
 # A grammar decides where a constrained output ends; past that end nothing is allowed but the end token.
 IGNORE_EOS_WITH_CONSTRAINT = (
     f"{IGNORE_EOS} cannot be combined with a constraint or tools: the constraint decides where the output ends"
 )
 # Without a bound, one request could hold its batch slots to the end of the context.
 IGNORE_EOS_WITHOUT_MAX_TOKENS = f"{IGNORE_EOS} needs max_tokens: the output would run to the end of the context"
-
-
-class FinishReason(enum.StrEnum):
-    STOP = "stop"
-    LENGTH = "length"
 
 
 class GuideType(enum.StrEnum):
@@ -191,6 +194,7 @@ class GenerationRequest:
     tools: ToolRequest | None = None  # functions the output may call, in the model's own format
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"enable_thinking": false}
     ignore_eos: bool = False  # end tokens do not end the output; max_tokens does (unconstrained only)
+    grammar_pressure: bool = False  # report how hard the constraint pushed (GrammarPressure)
 
     def __post_init__(self) -> None:
         if [self.prompt, self.messages, self.prompt_token_ids].count(None) != 2:
@@ -355,28 +359,12 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
         from_wire=_template_kwargs,
     ),
     _field(IGNORE_EOS, "BOOL", "ignore_eos", sent=_nonempty),
+    _field(REPORT_GRAMMAR_PRESSURE, "BOOL", "grammar_pressure", sent=_nonempty),
 )
 # Triton data types of every input, as written in config.pbtxt (TYPE_<name>).
 INPUT_TYPES: dict[str, str] = {spec.tensor: spec.triton_type for spec in REQUEST_FIELDS} | {HEALTH_CHECK: "BOOL"}
 # Inputs whose dims are [-1] (a list per request); all others are [1].
 LIST_INPUTS = frozenset(spec.tensor for spec in REQUEST_FIELDS if spec.is_list)
-
-
-@dataclass(frozen=True)
-class GenerationOutput:
-    """One response of a generation: a text delta (streaming) or the whole text."""
-
-    text: str  # the answer's text
-    finish_reason: FinishReason | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    # The tokens this response covers, when the request asked for logprobs (None otherwise).
-    logprobs: tuple[TokenLogprob, ...] | None = None
-    prompt_logprobs: PromptLogprobs | None = None  # on the first response, when the request asked
-    tool_call_format: str = ""  # on the first response of a request with tools (tool_formats.FORMATS)
-    reasoning_format: str = ""  # on the first response of an output that thinks (reasoning.REASONING_FORMATS)
-    reasoning_tokens: int = 0  # of completion_tokens, those of the thinking (a reasoning model's)
-    reasoning: str = ""  # the thinking's text, apart from the answer's (a reasoning model's)
 
 
 # Encoding -----------------------------------------------------------------------------------
@@ -388,7 +376,7 @@ def encode_health_check() -> dict[str, Array]:
 
 
 def _scalar(name: str, value: object) -> Array:
-    return scalar(name, INPUT_TYPES.get(name) or OUTPUT_TYPES[name], value)
+    return scalar(name, INPUT_TYPES[name], value)
 
 
 def encode_request(request: GenerationRequest) -> dict[str, Array]:
@@ -410,32 +398,6 @@ def _list(spec: RequestField, values: Sequence[Any]) -> Array:
     if spec.triton_type == "STRING":
         return np.array([[value.encode("utf-8") for value in values]], dtype=np.object_)
     return np.array([list(values)], dtype=NUMPY_DTYPES[spec.triton_type])
-
-
-def encode_output(output: GenerationOutput) -> dict[str, Array]:
-    """A response's tensors: the text, finish reason and token counts always; the optional outputs only
-    where they carry something (each tensor costs the python stub a shared-memory copy per response,
-    and the decoder reads a missing one as its default)."""
-    reason = output.finish_reason.value if output.finish_reason is not None else ""
-    tensors = {
-        TEXT_OUTPUT: np.array([[output.text.encode("utf-8")]], dtype=np.object_),
-        FINISH_REASON: _scalar(FINISH_REASON, reason),
-        NUM_INPUT_TOKENS: _scalar(NUM_INPUT_TOKENS, output.prompt_tokens),
-        NUM_OUTPUT_TOKENS: _scalar(NUM_OUTPUT_TOKENS, output.completion_tokens),
-    }
-    if output.reasoning:
-        tensors[REASONING_OUTPUT] = _scalar(REASONING_OUTPUT, output.reasoning)
-    if output.reasoning_tokens:
-        tensors[NUM_REASONING_TOKENS] = _scalar(NUM_REASONING_TOKENS, output.reasoning_tokens)
-    if output.logprobs is not None:
-        tensors[TOKEN_LOGPROBS] = _scalar(TOKEN_LOGPROBS, logprobs_json(output.logprobs))
-    if output.prompt_logprobs is not None:
-        tensors[PROMPT_LOGPROBS] = _scalar(PROMPT_LOGPROBS, prompt_logprobs_json(output.prompt_logprobs))
-    if output.tool_call_format:
-        tensors[TOOL_CALL_FORMAT] = _scalar(TOOL_CALL_FORMAT, output.tool_call_format)
-    if output.reasoning_format:
-        tensors[REASONING_FORMAT] = _scalar(REASONING_FORMAT, output.reasoning_format)
-    return tensors
 
 
 # Decoding -----------------------------------------------------------------------------------
@@ -470,38 +432,3 @@ def _check_bounds(request: GenerationRequest) -> None:
         raise WireError(f"at most {MAX_STOP_STRINGS} {STOP_WORDS}, got {len(request.stop)}")
     if len(request.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
         raise WireError(f"at most {MAX_LOGIT_BIAS_ENTRIES} {LOGIT_BIAS} entries, got {len(request.logit_bias)}")
-
-
-def _joined_text(values: ValuesGetter, name: str) -> str:
-    """A text output's elements joined ("" when it is absent)."""
-    found = values(name)
-    return "" if found is None else "".join(text_of(value, name) for value in found)
-
-
-def decode_output(get: TensorGetter) -> GenerationOutput:
-    return decode_output_values(flat(get))
-
-
-def decode_output_values(values: ValuesGetter) -> GenerationOutput:
-    """A response from the flat values of its tensors (BYTES as ``bytes``, INT32 as ``int``).
-
-    The proxy reads them straight from the gRPC message, with no numpy arrays per streamed chunk.
-    """
-    text, reasoning = _joined_text(values, TEXT_OUTPUT), _joined_text(values, REASONING_OUTPUT)
-    reason_value = single(values, FINISH_REASON)
-    reason = text_of(reason_value, FINISH_REASON) if reason_value is not None else ""
-    prompt_tokens, completion_tokens = single(values, NUM_INPUT_TOKENS), single(values, NUM_OUTPUT_TOKENS)
-    return GenerationOutput(
-        text=text,
-        finish_reason=FinishReason(reason) if reason else None,
-        prompt_tokens=int(prompt_tokens or 0),  # type: ignore[call-overload]
-        completion_tokens=int(completion_tokens or 0),  # type: ignore[call-overload]
-        reasoning_tokens=int(single(values, NUM_REASONING_TOKENS) or 0),  # type: ignore[call-overload]
-        reasoning=reasoning,
-        logprobs=logprobs_from_json(text_of(single(values, TOKEN_LOGPROBS) or b"", TOKEN_LOGPROBS), TOKEN_LOGPROBS),
-        prompt_logprobs=prompt_logprobs_from_json(
-            text_of(single(values, PROMPT_LOGPROBS) or b"", PROMPT_LOGPROBS), PROMPT_LOGPROBS
-        ),
-        tool_call_format=text_of(single(values, TOOL_CALL_FORMAT) or b"", TOOL_CALL_FORMAT),
-        reasoning_format=text_of(single(values, REASONING_FORMAT) or b"", REASONING_FORMAT),
-    )

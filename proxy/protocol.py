@@ -217,6 +217,12 @@ class GenerationRequestBase(RequestBody):
         description="Extension (vLLM): end tokens do not end the output, max_tokens does (benchmarks send it); "
         "not with a constraint or tools.",
     )
+    grammar_pressure: bool = Field(
+        False,
+        description="Extension (llgtriton): each choice reports how hard its constraint pushed the model "
+        "(grammar_pressure: the mean and largest probability mass the mask removed per token, and how "
+        "often the model's first choice was forbidden).",
+    )
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -367,11 +373,25 @@ class ChatLogprobs(ResponseBody):
     refusal: None = None
 
 
+class GrammarPressureReport(ResponseBody):
+    """How hard a choice's constraint pushed the model, over its ``tokens`` (extension)."""
+
+    tokens: int
+    mean_removed_mass: float  # of the model's own distribution (temperature 1), per token
+    max_removed_mass: float
+    first_choice_forbidden: int  # tokens where the grammar forbade the model's most likely token
+
+
+def _absent(value: object) -> bool:
+    return value is None
+
+
 class ChatChoice(ResponseBody):
     index: int
     message: AssistantMessage
     finish_reason: FinishReasonName | None
     logprobs: ChatLogprobs | None = None
+    grammar_pressure: GrammarPressureReport | None = Field(None, exclude_if=_absent)
 
 
 class ChatCompletion(ResponseBody):
@@ -408,6 +428,7 @@ class ChatChunkChoice(ResponseBody):
     delta: ChatDelta
     finish_reason: FinishReasonName | None = None
     logprobs: ChatLogprobs | None = None
+    grammar_pressure: GrammarPressureReport | None = Field(None, exclude_if=_absent)  # with the finish
 
 
 class ChatCompletionChunk(ResponseBody):
@@ -431,6 +452,7 @@ class CompletionChoice(ResponseBody):
     text: str
     finish_reason: FinishReasonName | None
     logprobs: CompletionLogprobs | None = None
+    grammar_pressure: GrammarPressureReport | None = Field(None, exclude_if=_absent)
 
 
 class Completion(ResponseBody):

@@ -30,6 +30,7 @@ from proxy.protocol import (
     CompletionRequest,
     FinishReasonName,
     FunctionCall,
+    GrammarPressureReport,
     ToolCall,
     Usage,
     new_id,
@@ -240,6 +241,19 @@ def _echo(request: CompletionRequest, prompt: wire.PromptLogprobs | None) -> str
     return b"".join([prompt.first, *(entry.token for entry in prompt.rest)]).decode(errors="replace")
 
 
+def pressure_report(output: wire.GenerationOutput) -> GrammarPressureReport | None:
+    """The grammar's pressure on a choice, from its final output, when the request asked."""
+    pressure = output.grammar_pressure
+    if pressure is None:
+        return None
+    return GrammarPressureReport(
+        tokens=pressure.tokens,
+        mean_removed_mass=round(pressure.mean_removed, 6),
+        max_removed_mass=round(pressure.max_removed, 6),
+        first_choice_forbidden=pressure.first_choice_forbidden,
+    )
+
+
 class Generations:
     """Serves chat and text completions through a :class:`GenerationClient`; ``n`` choices are ``n``
     generations run side by side."""
@@ -268,7 +282,12 @@ class Generations:
             if done.reasoning:
                 message = message.model_copy(update={"reasoning_content": done.reasoning})
             logprobs = chat_logprobs(done.logprobs) if done.logprobs is not None else None
-            choices.append(ChatChoice(index=index, message=message, finish_reason=finish, logprobs=logprobs))
+            pressure = pressure_report(done.last)
+            choices.append(
+                ChatChoice(
+                    index=index, message=message, finish_reason=finish, logprobs=logprobs, grammar_pressure=pressure
+                )
+            )
         return ChatCompletion(
             id=completion_id,
             created=now(),
@@ -285,15 +304,16 @@ class Generations:
 
         async def choice(index: int, generation: wire.GenerationRequest) -> AsyncIterator[ChatCompletionChunk]:
             def chunk(
-                delta: ChatDelta, finish: FinishReasonName | None = None, output: wire.GenerationOutput | None = None
+                delta: ChatDelta,
+                finish: FinishReasonName | None = None,
+                output: wire.GenerationOutput | None = None,
+                pressure: GrammarPressureReport | None = None,
             ) -> ChatCompletionChunk:
                 logprobs = chat_logprobs(output.logprobs) if output is not None and output.logprobs else None
-                return ChatCompletionChunk(
-                    id=completion_id,
-                    created=created,
-                    model=self.model_name,
-                    choices=[ChatChunkChoice(index=index, delta=delta, finish_reason=finish, logprobs=logprobs)],
+                choice = ChatChunkChoice(
+                    index=index, delta=delta, finish_reason=finish, logprobs=logprobs, grammar_pressure=pressure
                 )
+                return ChatCompletionChunk(id=completion_id, created=created, model=self.model_name, choices=[choice])
 
             def answer(text: str, output: wire.GenerationOutput | None = None) -> Iterator[ChatCompletionChunk]:
                 if tools is not None:
@@ -319,7 +339,9 @@ class Generations:
             for delta in tools.finish(cut_short) if tools is not None else []:
                 yield chunk(delta)
             called = tools is not None and tools.calls > 0
-            yield chunk(ChatDelta(), _finish(last.finish_reason, translation.tools, called))
+            yield chunk(
+                ChatDelta(), _finish(last.finish_reason, translation.tools, called), pressure=pressure_report(last)
+            )
             lasts[index] = last
 
         with self.slots.beyond_the_request(request.n - 1):
@@ -354,6 +376,7 @@ class Generations:
                 text=_echo(request, done.prompt_logprobs) + done.text,
                 finish_reason=done.reason.value,
                 logprobs=_completion_logprobs(request, done.logprobs, done.prompt_logprobs, 0),
+                grammar_pressure=pressure_report(done.last),
             )
             for index, done in enumerate(finished)
         ]
@@ -373,9 +396,14 @@ class Generations:
         lasts: list[wire.GenerationOutput | None] = [None] * len(copies)
 
         async def choice(index: int, copy: wire.GenerationRequest) -> AsyncIterator[Completion]:
-            def chunk(text: str, finish: wire.FinishReason | None = None, logprobs: Any = None) -> Completion:
+            def chunk(
+                text: str, finish: wire.FinishReason | None = None, logprobs: Any = None, last: Any = None
+            ) -> Completion:
                 reason = finish.value if finish else None
-                choice = CompletionChoice(index=index, text=text, finish_reason=reason, logprobs=logprobs)
+                pressure = pressure_report(last) if last is not None else None
+                choice = CompletionChoice(
+                    index=index, text=text, finish_reason=reason, logprobs=logprobs, grammar_pressure=pressure
+                )
                 return Completion(id=completion_id, created=created, model=self.model_name, choices=[choice])
 
             offset = 0
@@ -393,7 +421,7 @@ class Generations:
                 last = output
             if last is None or last.finish_reason is None:
                 raise InternalError("the generation ended without a finish reason")
-            yield chunk("", last.finish_reason)
+            yield chunk("", last.finish_reason, last=last)
             lasts[index] = last
 
         with self.slots.beyond_the_request(runs - 1):

@@ -294,6 +294,7 @@ def _generation(
         tools=inputs.tools,
         chat_template_kwargs=inputs.template_kwargs,
         ignore_eos=request.ignore_eos,
+        grammar_pressure=request.grammar_pressure,
     )
 
 

@@ -54,6 +54,8 @@ def sampling_params(
 def check_supported(request: EngineRequest) -> None:
     if request.logprobs is not None or request.prompt_logprobs is not None:
         raise Unsupported("logprobs are not supported by the trtllm engine yet")
+    if request.grammar_pressure:
+        raise Unsupported("grammar_pressure is not reported by the trtllm engine yet")
 
 
 class LlmApiRunner:

@@ -178,11 +178,20 @@ def test_a_cancelled_request_stops_and_ends_with_a_final_response_without_a_reas
     assert service.load() == (0, 0)
 
 
-def test_logprobs_are_refused_not_dropped(service: GenerationService) -> None:
+@pytest.mark.parametrize(
+    ("request_", "asked"),
+    [
+        (GenerationRequest(prompt="Hi", logprobs=True), "logprobs"),
+        (GenerationRequest(prompt="Hi", grammar_pressure=True), "grammar_pressure"),
+    ],
+)
+def test_what_tensorrt_llm_cannot_report_is_refused_not_dropped(
+    service: GenerationService, request_: GenerationRequest, asked: str
+) -> None:
     sink = RecordingSink()
-    service.submit(GenerationRequest(prompt="Hi", logprobs=True), "r", sink)
+    service.submit(request_, "r", sink)
     sink.wait()
-    assert isinstance(sink.error, Unsupported) and "logprobs" in str(sink.error)
+    assert isinstance(sink.error, Unsupported) and asked in str(sink.error)
 
 
 def test_a_failing_post_processor_ends_only_its_own_request(

@@ -270,3 +270,53 @@ def test_a_structural_tag_on_the_triton_wire(server: RunningServer) -> None:
     assert error is None
     text = text_of(result)
     assert " <" in text and SPACED.fullmatch(text), text
+
+
+def pressure_of(choice: Any) -> dict[str, Any]:
+    report: dict[str, Any] = choice.model_extra["grammar_pressure"]
+    return report
+
+
+def test_a_constrained_choice_reports_how_hard_its_grammar_pushed(client: openai.OpenAI) -> None:
+    constrained = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK_PERSON,
+        temperature=0,
+        max_tokens=60,
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
+        extra_body={"grammar_pressure": True},
+    )
+    report = pressure_of(constrained.choices[0])
+    assert constrained.usage is not None and report["tokens"] == constrained.usage.completion_tokens
+    assert 0.0 < report["mean_removed_mass"] <= report["max_removed_mass"] <= 1.0  # JSON forbids most of a vocabulary
+    assert 0 <= report["first_choice_forbidden"] <= report["tokens"]
+
+    free = client.chat.completions.create(
+        model=MODEL, messages=ASK_PERSON, temperature=0, max_tokens=8, extra_body={"grammar_pressure": True}
+    )
+    assert pressure_of(free.choices[0]) == {
+        "tokens": 8,
+        "mean_removed_mass": 0.0,
+        "max_removed_mass": 0.0,
+        "first_choice_forbidden": 0,
+    }
+    assert "grammar_pressure" not in (
+        client.chat.completions.create(model=MODEL, messages=ASK_PERSON, max_tokens=2).choices[0].model_extra or {}
+    )
+
+
+def test_a_streamed_choice_reports_its_grammar_pressure_with_its_finish(client: openai.OpenAI) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=ASK_PERSON,
+            temperature=0,
+            max_tokens=60,
+            stream=True,
+            extra_body={"structured_outputs": {"regex": "[0-9]{3}"}, "grammar_pressure": True},
+        )
+    )
+    finishing = [chunk.choices[0] for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason]
+    assert len(finishing) == 1 and pressure_of(finishing[0])["tokens"] >= 3
+    others = [chunk.choices[0] for chunk in chunks if chunk.choices and not chunk.choices[0].finish_reason]
+    assert all("grammar_pressure" not in (choice.model_extra or {}) for choice in others)
