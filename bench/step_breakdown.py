@@ -5,7 +5,8 @@ the engine core. ``--clients`` closed-loop clients each send requests of ``--max
 until ``--requests-per-client`` each are done, so requests finish and join at every step as in
 serving. Each cell runs free, with one schema shared by every request (``shared``), and with a
 schema of its own per request from JSONSchemaBench (``own``, compiled as they arrive: cold), in
-alternating order over ``--rounds`` rounds.
+alternating order over ``--rounds`` rounds; ``--kinds pressed`` runs the shared schema with every
+request asking for its grammar pressure (what reporting it costs).
 
 Per cell it reports tokens/s, TBT and TTFT p50, the step loop's milliseconds per step in each of
 its phases (the forward pass lands in whichever phase first waits for the GPU), and the mask
@@ -49,7 +50,7 @@ from llgtriton.settings import EngineSettings
 from tests.support.harness import RecordingSink
 
 logger = logging.getLogger("bench.step_breakdown")
-KINDS = ("free", "shared", "own")
+KINDS = ("free", "shared", "own", "pressed")  # pressed: shared, each request asking for grammar_pressure
 MAX_MODEL_LEN = 2048
 
 
@@ -187,7 +188,7 @@ class Requests:
     def maker(self, kind: str, offset: int) -> Callable[[int], tuple[EngineRequest, dict[str, Any] | None]]:
         def make(index: int) -> tuple[EngineRequest, dict[str, Any] | None]:
             schema, grammar = None, None
-            if kind == "shared":
+            if kind in ("shared", "pressed"):
                 schema, grammar = SCHEMA, self.shared
             elif kind == "own":
                 schema, grammar = self.own[(offset + index) % len(self.own)]
@@ -198,6 +199,7 @@ class Requests:
                 sampling=SamplingParams(temperature=0.0),
                 stream=True,
                 grammar=grammar,
+                grammar_pressure=kind == "pressed",
             )
             return request, schema
 
@@ -239,6 +241,20 @@ def measure(bench: Bench, make: Callable[[int], Any], kind: str, clients: int, p
             k.split(":", 1)[1]: v * 1e3 / steps for k, v in sorted(part_s.items()) if k.startswith(kind)
         },
         "stopped_outputs_failing_their_schema": failing_their_schema(done),
+        **pressure_summary(sinks),
+    }
+
+
+def pressure_summary(sinks: list[RecordingSink]) -> dict[str, Any]:
+    """What the grammar's pressure reports said, where the requests asked (``pressed``)."""
+    reports = [sink.outputs[-1].grammar_pressure for sink in sinks]
+    asked = [report for report in reports if report is not None]
+    if not asked:
+        return {}
+    return {
+        "grammar_pressure_mean_removed": statistics.mean(report.mean_removed for report in asked),
+        "grammar_pressure_first_choice_forbidden_share": sum(r.first_choice_forbidden for r in asked)
+        / max(sum(r.tokens for r in asked), 1),
     }
 
 
@@ -257,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="llguidance.hf's tokenizer, not backend.guidance_tokenizer",
     )
-    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS[:3]))
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="step_breakdown")
