@@ -39,7 +39,7 @@ from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
 from backend.grammar_pressure import after_mask, before_mask
 from backend.output_grammar import IncompleteOutput, OutputGrammar
-from backend.output_stream import OutputStream
+from backend.output_stream import OutputStream, PressureTally
 from backend.requests import EngineRequest
 from backend.sampling import (
     apply_logit_bias,
@@ -241,36 +241,38 @@ class Scheduler:
         # One [rows, V] tensor for the step; decode and prefill meet only on the steps that admit.
         logits = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else None
         rows = list(zip(step, logits, strict=True)) if logits is not None else []
-        pressed = self._pressed_rows(step)
+        asking = [(row, seq.pressure) for row, seq in enumerate(step) if seq.pressure is not None]  # usually none
+        pressed = self._pressed_rows(step, asking)
         unmasked = before_mask(logits, pressed) if logits is not None and pressed else None
         masking_started = time.perf_counter()
         constrained = self._constrain(step, logits) if logits is not None else 0
         masking_seconds = time.perf_counter() - masking_started if constrained else 0.0
         pressure = after_mask(logits, unmasked) if logits is not None and unmasked is not None else None
         sampled = self._sample(rows)
-        self._tally_pressure(step, pressed, pressure)
+        self._tally_pressure(asking, pressed, pressure)
         self._compute_masks_ahead(sampled)  # the worker runs while the tokens are delivered, and the next pass
         for seq, token in sampled:
             self._advance(seq, token)
         if rows:
             self.counters.add_step(len(rows), constrained, masking_seconds)
 
-    def _pressed_rows(self, step: list[_Sequence]) -> list[int]:
-        """The rows whose requests asked how hard their grammar pushed and have one to push."""
-        if self._guidance is None:
+    def _pressed_rows(self, step: list[_Sequence], asking: list[tuple[int, PressureTally]]) -> list[int]:
+        """Of the ``asking`` rows (whose requests asked how hard their grammar pushed), those with one to push."""
+        if self._guidance is None or not asking:
             return []
         processor = self._guidance.processor
-        return [i for i, seq in enumerate(step) if seq.pressure is not None and processor.is_constrained(seq.seq_id)]
+        return [row for row, _ in asking if processor.is_constrained(step[row].seq_id)]
 
     @staticmethod
-    def _tally_pressure(step: list[_Sequence], pressed: list[int], pressure: torch.Tensor | None) -> None:
+    def _tally_pressure(
+        asking: list[tuple[int, PressureTally]], pressed: list[int], pressure: torch.Tensor | None
+    ) -> None:
         """Add the step to each asking request's tally (read back after sampling, which waited for the
         device anyway); a request without a grammar had nothing removed."""
         removed, forbidden = pressure.tolist() if pressure is not None else ([], [])
         by_row = {row: (mass, bool(first)) for row, mass, first in zip(pressed, removed, forbidden, strict=True)}
-        for row, seq in enumerate(step):
-            if seq.pressure is not None:
-                seq.pressure.add(*by_row.get(row, (0.0, False)))
+        for row, tally in asking:
+            tally.add(*by_row.get(row, (0.0, False)))
 
     def _compute_masks_ahead(self, sampled: list[tuple[_Sequence, int]]) -> None:
         """Start the next masks on the worker: each constrained request consumes the token it just
