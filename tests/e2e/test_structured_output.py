@@ -205,20 +205,26 @@ def test_bad_constraints_are_400s_naming_the_problem(client: openai.OpenAI) -> N
     assert client.chat.completions.create(model=MODEL, messages=ASK_PERSON, max_tokens=2).choices
 
 
-def test_triton_clients_use_guided_decoding_tensors(server: RunningServer) -> None:
+def guided_on_the_wire(server: RunningServer, prompt: bytes, max_tokens: int, guide_type: bytes, guide: Any) -> str:
+    """The text of a greedy generation a Triton client constrains with the guided-decoding tensors."""
     received = run_stream(
         server,
         [
-            tensor("text_input", b"Ann is 31 years old. As JSON:", "BYTES"),
-            tensor("max_tokens", 60, "INT32"),
+            tensor("text_input", prompt, "BYTES"),
+            tensor("max_tokens", max_tokens, "INT32"),
             tensor("temperature", 0.0, "FP32"),
-            tensor("guided_decoding_guide_type", b"json_schema", "BYTES"),
-            tensor("guided_decoding_guide", json.dumps(PERSON).encode(), "BYTES"),
+            tensor("guided_decoding_guide_type", guide_type, "BYTES"),
+            tensor("guided_decoding_guide", json.dumps(guide).encode(), "BYTES"),
         ],
     )
     (result, error), *_ = received
     assert error is None
-    jsonschema.validate(json.loads(text_of(result)), PERSON)
+    return text_of(result)
+
+
+def test_triton_clients_use_guided_decoding_tensors(server: RunningServer) -> None:
+    text = guided_on_the_wire(server, b"Ann is 31 years old. As JSON:", 60, b"json_schema", PERSON)
+    jsonschema.validate(json.loads(text), PERSON)
 
 
 def test_triton_backend_refuses_a_bad_guide(server: RunningServer) -> None:
@@ -256,19 +262,7 @@ def test_a_structural_tag_through_the_openai_api(client: openai.OpenAI) -> None:
 
 
 def test_a_structural_tag_on_the_triton_wire(server: RunningServer) -> None:
-    received = run_stream(
-        server,
-        [
-            tensor("text_input", b"Paris is a city in France. It is", "BYTES"),
-            tensor("max_tokens", 24, "INT32"),
-            tensor("temperature", 0.0, "FP32"),
-            tensor("guided_decoding_guide_type", b"structural_tag", "BYTES"),
-            tensor("guided_decoding_guide", json.dumps(SPACED_TAG).encode(), "BYTES"),
-        ],
-    )
-    (result, error), *_ = received
-    assert error is None
-    text = text_of(result)
+    text = guided_on_the_wire(server, b"Paris is a city in France. It is", 24, b"structural_tag", SPACED_TAG)
     assert " <" in text and SPACED.fullmatch(text), text
 
 
