@@ -255,14 +255,22 @@ class GuidanceLogitsProcessor:
             state.error = f"the constraint rejected a token: {short(state.matcher.get_error())}"
 
     def mask(
-        self, logits: torch.Tensor | Sequence[torch.Tensor], client_ids: Sequence[int | None], stream_ptr: int
-    ) -> None:
+        self,
+        logits: torch.Tensor | Sequence[torch.Tensor],
+        client_ids: Sequence[int | None],
+        stream_ptr: int,
+        *,
+        report_pressure: bool = False,
+    ) -> torch.Tensor | None:
         """Mask each constrained row of a step with its request's next mask.
 
         ``logits`` is the step's ``[B, V]`` tensor, or one tensor per request; row ``i`` belongs to
         ``client_ids[i]`` (None, or a request without a constraint: left alone). Every token a
         request sampled must have reached its matcher first, through :meth:`prefetch` or
         :meth:`consume`. Masks the worker computed ahead for these requests are used as they are.
+        With ``report_pressure`` (one tensor only) it returns, on the logits' device, each
+        constrained row's :func:`~backend.grammar_pressure.pressure_of`, rows in step order (read it
+        before the next step's call, which may overwrite it).
         """
         ready = self._wait_for_prefetch()
         rows: list[int] = []
@@ -273,17 +281,20 @@ class GuidanceLogitsProcessor:
                 rows.append(row)
                 states.append(state)
         if not rows:
-            return
+            return None
         # Rows the worker already computed, as far as they are the same requests in the same order, are
         # reused (one that ended on a stop string meanwhile shifts the rest: those are computed again).
         done = 0
         while done < len(ready) and done < len(rows) and client_ids[rows[done]] == ready[done]:
             done += 1
         self._fill(states[done:], self._applier.host_masks(len(rows)), done)
-        if isinstance(logits, torch.Tensor):
-            self._applier.apply(logits, stream_ptr, rows=None if len(rows) == logits.shape[0] else rows)
-        else:
+        if not isinstance(logits, torch.Tensor):
+            if report_pressure:
+                raise ValueError("the grammar's pressure is reported for one tensor's rows only")
             self._applier.apply([logits[row] for row in rows], stream_ptr)
+            return None
+        chosen = None if len(rows) == logits.shape[0] else rows
+        return self._applier.apply(logits, stream_ptr, rows=chosen, report_pressure=report_pressure)
 
     def _fill(self, states: Sequence[_MatcherState], masks: torch.Tensor, first: int) -> None:
         """Masks of ``states`` into rows ``first``.. of ``masks``; EOS-only for failed matchers."""

@@ -11,6 +11,8 @@ from typing import Protocol
 
 import torch
 
+from backend.grammar_pressure import pressure_of
+
 _SHIFTS = torch.arange(32, dtype=torch.int32)
 
 
@@ -37,14 +39,22 @@ class BitmaskApplier(Protocol):
     def host_masks(self, rows: int) -> torch.Tensor: ...
 
     def apply(
-        self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, rows: Sequence[int] | None = None
-    ) -> None:
+        self,
+        logits: Sequence[torch.Tensor] | torch.Tensor,
+        stream_ptr: int,
+        *,
+        rows: Sequence[int] | None = None,
+        report_pressure: bool = False,
+    ) -> torch.Tensor | None:
         """Mask row ``i`` of ``logits`` with row ``i`` of ``host_masks``, in place.
 
         ``logits`` is one tensor ``[..., vocab_size]`` whose leading dimensions are the rows (an
         engine's step), of which ``rows`` picks those to mask (row ``rows[i]`` gets mask ``i``;
         None: every row), or one tensor per request, each one row ``[1, ..., 1, vocab_size]``
         (TensorRT-LLM's shape); a tensor of several rows there is refused (``ValueError``).
+        ``report_pressure`` (one tensor only) returns, float32 ``[masked rows, 2]`` on the logits'
+        device, row ``i``'s :func:`~backend.grammar_pressure.pressure_of` as its mask ``i`` finds
+        it; the next call may overwrite it.
         """
         ...
 
@@ -62,27 +72,33 @@ class CpuBitmaskApplier:
         return self._masks[:rows]
 
     def apply(
-        self, logits: Sequence[torch.Tensor] | torch.Tensor, stream_ptr: int, *, rows: Sequence[int] | None = None
-    ) -> None:
+        self,
+        logits: Sequence[torch.Tensor] | torch.Tensor,
+        stream_ptr: int,
+        *,
+        rows: Sequence[int] | None = None,
+        report_pressure: bool = False,
+    ) -> torch.Tensor | None:
         if isinstance(logits, torch.Tensor):
             if logits.shape[-1] != self.vocab_size:
                 raise ValueError(f"logits must be [..., {self.vocab_size}], not {list(logits.shape)}")
             flat = logits.view(-1, self.vocab_size)  # a view: the masking stays in place
+            chosen = torch.arange(flat.shape[0]) if rows is None else torch.as_tensor(list(rows), dtype=torch.long)
+            allowed = allowed_tokens(self._masks[: len(chosen)], self.vocab_size)
+            pressure = pressure_of(flat[chosen], allowed) if report_pressure else None
             if rows is None:
-                apply_token_bitmask_cpu(flat, self._masks[: flat.shape[0]])
+                flat.masked_fill_(~allowed, float("-inf"))
             else:
-                chosen = torch.as_tensor(list(rows), dtype=torch.long)
-                flat[chosen] = flat[chosen].masked_fill(
-                    ~allowed_tokens(self._masks[: len(rows)], self.vocab_size), float("-inf")
-                )
-            return
-        if rows is not None:
-            raise ValueError("rows choose rows of one tensor; pick the tensors of a sequence instead")
+                flat[chosen] = flat[chosen].masked_fill(~allowed, float("-inf"))
+            return pressure
+        if rows is not None or report_pressure:
+            raise ValueError("rows and pressure are of one tensor's rows; pick the tensors of a sequence instead")
         for index, row in enumerate(logits):
             if row.shape[-1] != self.vocab_size or row.numel() != self.vocab_size:  # the CUDA applier's contract too
                 raise ValueError(f"logits row {index} must be one row [..., {self.vocab_size}], not {list(row.shape)}")
         for index, row in enumerate(logits):
             apply_token_bitmask_cpu(row, self._masks[index])
+        return None
 
 
 def bitmask_applier(device: torch.device, vocab_size: int, rows: int) -> BitmaskApplier:

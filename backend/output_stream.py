@@ -23,7 +23,7 @@ from llgtriton.wire import FinishReason, GenerationOutput, GrammarPressure, Prom
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)
 class PressureTally:
     """The grammar's pressure on one output, step by step: the mass each mask removed, and whether it
     removed the model's first choice. A step the grammar did not mask removed nothing."""
@@ -33,11 +33,13 @@ class PressureTally:
     most: float = 0.0
     forbidden: int = 0
 
-    def add(self, removed: float, first_choice_forbidden: bool) -> None:
+    def add(self, removed: float, first_choice_forbidden: float) -> None:
+        """One step: the mass removed, and 1.0 (or True) where the first choice was forbidden."""
         self.tokens += 1
         self.removed += removed
         self.most = max(self.most, removed)
-        self.forbidden += first_choice_forbidden
+        if first_choice_forbidden:
+            self.forbidden += 1
 
     def report(self) -> GrammarPressure:
         mean = self.removed / self.tokens if self.tokens else 0.0

@@ -37,7 +37,6 @@ from backend.contract import ResponseSink, deliver, deliver_failure, is_cancelle
 from backend.detokenizer import Decoder, fast_decoder
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
-from backend.grammar_pressure import after_mask, before_mask
 from backend.output_grammar import IncompleteOutput, OutputGrammar
 from backend.output_stream import OutputStream, PressureTally
 from backend.requests import EngineRequest
@@ -242,37 +241,30 @@ class Scheduler:
         logits = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else None
         rows = list(zip(step, logits, strict=True)) if logits is not None else []
         asking = [(row, seq.pressure) for row, seq in enumerate(step) if seq.pressure is not None]  # usually none
-        pressed = self._pressed_rows(step, asking)
-        unmasked = before_mask(logits, pressed) if logits is not None and pressed else None
         masking_started = time.perf_counter()
-        constrained = self._constrain(step, logits) if logits is not None else 0
+        constrained, pressure = self._constrain(step, logits, bool(asking)) if logits is not None else ([], None)
         masking_seconds = time.perf_counter() - masking_started if constrained else 0.0
-        pressure = after_mask(logits, unmasked) if logits is not None and unmasked is not None else None
         sampled = self._sample(rows)
-        self._tally_pressure(asking, pressed, pressure)
+        self._tally_pressure(asking, constrained, pressure)
         self._compute_masks_ahead(sampled)  # the worker runs while the tokens are delivered, and the next pass
         for seq, token in sampled:
             self._advance(seq, token)
         if rows:
-            self.counters.add_step(len(rows), constrained, masking_seconds)
-
-    def _pressed_rows(self, step: list[_Sequence], asking: list[tuple[int, PressureTally]]) -> list[int]:
-        """Of the ``asking`` rows (whose requests asked how hard their grammar pushed), those with one to push."""
-        if self._guidance is None or not asking:
-            return []
-        processor = self._guidance.processor
-        return [row for row, _ in asking if processor.is_constrained(step[row].seq_id)]
+            self.counters.add_step(len(rows), len(constrained), masking_seconds)
 
     @staticmethod
     def _tally_pressure(
-        asking: list[tuple[int, PressureTally]], pressed: list[int], pressure: torch.Tensor | None
+        asking: list[tuple[int, PressureTally]], constrained: list[int], pressure: torch.Tensor | None
     ) -> None:
         """Add the step to each asking request's tally (read back after sampling, which waited for the
         device anyway); a request without a grammar had nothing removed."""
-        removed, forbidden = pressure.tolist() if pressure is not None else ([], [])
-        by_row = {row: (mass, bool(first)) for row, mass, first in zip(pressed, removed, forbidden, strict=True)}
+        if not asking:
+            return
+        figures = pressure.cpu().numpy().tolist() if pressure is not None else []  # (numpy's tolist is faster)
+        by_row = dict(zip(constrained, figures, strict=True))
+        nothing = (0.0, 0.0)
         for row, tally in asking:
-            tally.add(*by_row.get(row, (0.0, False)))
+            tally.add(*by_row.get(row, nothing))
 
     def _compute_masks_ahead(self, sampled: list[tuple[_Sequence, int]]) -> None:
         """Start the next masks on the worker: each constrained request consumes the token it just
@@ -296,16 +288,20 @@ class Scheduler:
         if ahead:
             processor.prefetch([seq_id for seq_id, _ in ahead], [token for _, token in ahead])
 
-    def _constrain(self, step: list[_Sequence], logits: torch.Tensor) -> int:
-        """Mask the step's constrained rows in one call; returns their count."""
+    def _constrain(
+        self, step: list[_Sequence], logits: torch.Tensor, report_pressure: bool
+    ) -> tuple[list[int], torch.Tensor | None]:
+        """Mask the step's constrained rows in one call; returns them, and with ``report_pressure`` their
+        grammar's pressure (:func:`~backend.grammar_pressure.pressure_of`, on the device) in that order."""
         if self._guidance is None:
-            return 0
+            return [], None
         processor = self._guidance.processor
         ids = [seq.seq_id if processor.is_constrained(seq.seq_id) else None for seq in step]
-        constrained = len(ids) - ids.count(None)
-        if constrained:
-            processor.mask(logits, ids, self._engine.stream_ptr)
-        return constrained
+        constrained = [row for row, seq_id in enumerate(ids) if seq_id is not None]
+        if not constrained:
+            return [], None
+        pressure = processor.mask(logits, ids, self._engine.stream_ptr, report_pressure=report_pressure)
+        return constrained, pressure
 
     def _admit(self, waiting: _Waiting) -> _Sequence | None:
         request, sink = waiting.request, waiting.sink

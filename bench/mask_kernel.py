@@ -190,7 +190,7 @@ def pair_times(
 _SLEEP_CYCLES_PER_US = 2000
 
 
-def host_time_us(launch: Callable[[], None], repeats: int, *, busy_us: float | None = None) -> float:
+def host_time_us(launch: Callable[[], object], repeats: int, *, busy_us: float | None = None) -> float:
     """Host µs of one call, median over ``repeats``; the GPU is idle before each (synchronised).
 
     With ``busy_us``, a sleep kernel that long (longer than the call) is queued before each call

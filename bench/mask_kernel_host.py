@@ -77,7 +77,7 @@ def step_graph(applier: CudaBitmaskApplier, logits: torch.Tensor) -> ctypes.c_vo
     step = applier._set_pointers(logits)
     assert step is not None, "no rows"
     kernel, rows = step
-    shape = (kernel, rows, applier._row_base, applier._row_stride, applier._plan(kernel, rows))
+    shape = (kernel, rows, applier._row_base, applier._row_stride, applier._plan(kernel, rows), False)
     return applier._graphs[shape]
 
 

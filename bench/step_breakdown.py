@@ -6,7 +6,9 @@ until ``--requests-per-client`` each are done, so requests finish and join at ev
 serving. Each cell runs free, with one schema shared by every request (``shared``), and with a
 schema of its own per request from JSONSchemaBench (``own``, compiled as they arrive: cold), in
 alternating order over ``--rounds`` rounds; ``--kinds pressed`` runs the shared schema with every
-request asking for its grammar pressure (what reporting it costs).
+request asking for its grammar pressure (what reporting it costs). ``--switch-intervals`` runs each
+kind under each of Python's thread switch intervals (``sys.setswitchinterval``), alternating too: how
+long the mask worker waits for the GIL while the step loop runs Python.
 
 Per cell it reports tokens/s, TBT and TTFT p50, the step loop's milliseconds per step in each of
 its phases (the forward pass lands in whichever phase first waits for the GPU), and the mask
@@ -24,6 +26,7 @@ import argparse
 import json
 import logging
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -274,6 +277,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="llguidance.hf's tokenizer, not backend.guidance_tokenizer",
     )
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS[:3]))
+    parser.add_argument(
+        "--switch-intervals",
+        type=float,
+        nargs="+",
+        default=None,
+        help="seconds; each kind runs under each (default: Python's own, 0.005)",
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="step_breakdown")
@@ -302,15 +312,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         "guidance_tokenizer": "llguidance.hf" if arguments.llguidance_own_tokenizer else "backend.guidance_tokenizer",
         "cells": {},
     }
+    intervals: list[float | None] = list(arguments.switch_intervals or [None])
+    variants = [(kind, interval) for interval in intervals for kind in arguments.kinds]
+    default_interval = sys.getswitchinterval()
     offset = 0
     for clients in arguments.clients:
         for round_index in range(arguments.rounds):
-            for kind in arguments.kinds if round_index % 2 == 0 else arguments.kinds[::-1]:
+            for kind, interval in variants if round_index % 2 == 0 else variants[::-1]:
+                sys.setswitchinterval(default_interval if interval is None else interval)
                 make = requests.maker(kind, offset)
                 cell = measure(bench, make, kind, clients, arguments.requests_per_client)
                 offset += clients * arguments.requests_per_client
-                report["cells"].setdefault(f"{clients}/{kind}", []).append(cell)
-                logger.info("%d clients, %s: %s", clients, kind, json.dumps(cell))
+                name = f"{clients}/{kind}" if interval is None else f"{clients}/{kind}@{interval * 1000:g}ms"
+                report["cells"].setdefault(name, []).append(cell)
+                logger.info("%d clients, %s: %s", clients, name, json.dumps(cell))
                 write_report(arguments.out / f"{arguments.name}.json", report)  # a run cut short keeps its cells
     bench.scheduler.shutdown()
 

@@ -132,12 +132,12 @@ class TimedProcessor(GuidanceLogitsProcessor):
         same benchmark times older step loops side by side)."""
         constrain = scheduler._constrain
 
-        def timed(*args: Any) -> int:
+        def timed(*args: Any) -> Any:
             started = time.perf_counter()
-            constrained = constrain(*args)
-            if constrained:
+            result = constrain(*args)
+            if result[0] if isinstance(result, tuple) else result:  # (older loops returned a row count)
                 self.seconds.append(time.perf_counter() - started)
-            return constrained
+            return result
 
         setattr(scheduler, "_constrain", timed)  # noqa: B010 (this instance only)
 

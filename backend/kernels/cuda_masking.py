@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from backend.kernels.catalog import FLAT_KERNELS, KERNELS, SCAN_KERNELS, Kernel
+from backend.kernels.cuda_pressure import PressureKernel
 from backend.kernels.driver import (
     CU_EVENT_DISABLE_TIMING,
     CU_EVENT_RECORD_EXTERNAL,
@@ -41,10 +42,9 @@ _MAX_SEEN = 4096  # shapes seen once, remembered to capture them when they come 
 _void_p = ctypes.c_void_p
 
 
-# A step shape, whose launches are captured as one graph: kernel, rows, row base and stride, and
-# the plan a chunked or small launch takes (LaunchPlan's value; None for the other kernels). (The
-# value, not the enum: hashing an enum member runs Python code, and a step looks its shape up.)
-_Shape = tuple[Kernel, int, int, int, str | None]
+# A step shape, captured as one graph: kernel, rows, row base and stride, the plan (LaunchPlan's
+# value, not the enum, whose hash runs Python; None for kernels without plans), pressure reduced or not.
+_Shape = tuple[Kernel, int, int, int, str | None, bool]
 # A tensor's rows as a step hands them: address, shape, strides, dtype, the rows chosen (None: all).
 _TensorKey = tuple[int, tuple[int, ...], tuple[int, ...], torch.dtype, tuple[int, ...] | None]
 
@@ -72,6 +72,7 @@ class CudaBitmaskApplier:
         self._cuda = cuda
         cuda.init()
         index = device.index if device.index is not None else torch.cuda.current_device()
+        self._device = torch.device("cuda", index)
         pycuda_device = cuda.Device(index)
         self._context = pycuda_device.retain_primary_context()
         self._driver = Driver()
@@ -92,6 +93,7 @@ class CudaBitmaskApplier:
                 arch=f"sm_{major}{minor}",
             )
             self._functions = self._load(cubin)
+            self._pressure = PressureKernel(self._driver, PressureKernel.compile(f"sm_{major}{minor}"))
             facts = DeviceFacts(self._sms, self._l2_bytes, self._resident_blocks)
             self.policy = LaunchPolicy(vocab_size, facts, settings)
             self._copied = _void_p()
@@ -182,6 +184,7 @@ class CudaBitmaskApplier:
         self._pointers = self._host[: self._pointer_bytes].view(np.uint64)
         masks = self._host[self._pointer_bytes :].view(np.int32)
         self._masks = torch.from_numpy(masks.reshape(rows, self.words))
+        self._pressure_out = torch.empty((rows, 2), dtype=torch.float32, device=self._device)
         self._probe = MaskDensityProbe(masks, self.words)
         # The launch parameters: (rows pointer array, base, row stride in elements (0: use the array),
         # masks pointer, mask stride, mask words, vocab, prefetch the masks into L2 first, rows: read
@@ -248,37 +251,43 @@ class CudaBitmaskApplier:
         stream_ptr: int,
         *,
         rows: Sequence[int] | None = None,
-    ) -> None:
+        report_pressure: bool = False,
+    ) -> torch.Tensor | None:
         """Mask row ``i`` of ``logits`` with row ``i`` of ``host_masks``, queued on ``stream_ptr``.
 
         ``logits`` is a sequence of tensors ending in ``vocab`` (TensorRT-LLM's per-request views)
         or one tensor ``[..., vocab]`` whose leading dimensions are the rows; of a tensor, ``rows``
         chooses which rows are masked (row ``rows[i]`` with mask ``i``; None: all of them).
+        ``report_pressure`` (one tensor's rows only) returns each masked row's removed mass and
+        first-choice flag (:mod:`backend.grammar_pressure`), float32 ``[masked rows, 2]`` on the
+        device, in a buffer the next step's call overwrites.
         """
-        if rows is not None and not isinstance(logits, torch.Tensor):
-            raise ValueError("rows choose rows of one tensor; pick the tensors of a sequence instead")
+        if (rows is not None or report_pressure) and not isinstance(logits, torch.Tensor):
+            raise ValueError("rows and pressure are of one tensor's rows; pick the tensors of a sequence instead")
         step = self._set_pointers(logits, rows=rows)
         if step is None:
-            return
+            return None
         kernel, count = step
+        pressure = self._pressure_out[:count] if report_pressure else None
         if threading.get_ident() in self._primary_threads:
-            self._queue(kernel, count, stream_ptr)
-            return
+            self._queue(kernel, count, stream_ptr, report_pressure)
+            return pressure
         # First call on this thread: is the primary context current (it is on threads that ran CUDA
         # work: torch's, TensorRT-LLM's)? Then remember the thread and skip this check from now on.
         # (Were another context made current later, the launch would fail loudly, not mask wrongly.)
         self._get_current(self._current_ref)
         if self._current_holder.value == self._primary:
             self._primary_threads.add(threading.get_ident())
-            self._queue(kernel, count, stream_ptr)
+            self._queue(kernel, count, stream_ptr, report_pressure)
         else:
             with self._current():
-                self._queue(kernel, count, stream_ptr)
+                self._queue(kernel, count, stream_ptr, report_pressure)
+        return pressure
 
-    def _queue(self, kernel: Kernel, rows: int, stream_ptr: int) -> None:
-        """The step's copy, event and launch: a graph replay when this shape was seen before."""
+    def _queue(self, kernel: Kernel, rows: int, stream_ptr: int, pressure: bool = False) -> None:
+        """The step's copy, event and launches: a graph replay when this shape was seen before."""
         plan = self._plan(kernel, rows)
-        shape = (kernel, rows, self._row_base, self._row_stride, plan)
+        shape = (kernel, rows, self._row_base, self._row_stride, plan, pressure)
         graph = self._graphs.get(shape)
         if graph is None and self._use_graphs and shape in self._seen:
             graph = self._capture(shape)
@@ -291,14 +300,21 @@ class CudaBitmaskApplier:
         if len(self._seen) >= _MAX_SEEN:
             self._seen.clear()
         self._seen.add(shape)
-        self._enqueue(kernel, rows, stream_ptr, plan)
+        self._enqueue(kernel, rows, stream_ptr, plan, pressure=pressure)
 
     def _plan(self, kernel: Kernel, rows: int) -> str | None:
         """The plan (LaunchPlan's value) the policy gives this step, from a sample of its masks."""
         return self.policy.plan(kernel, rows, self._probe.plan)
 
     def _enqueue(
-        self, kernel: Kernel, rows: int, stream_ptr: int, plan: str | None, *, capturing: bool = False
+        self,
+        kernel: Kernel,
+        rows: int,
+        stream_ptr: int,
+        plan: str | None,
+        *,
+        capturing: bool = False,
+        pressure: bool = False,
     ) -> None:
         if self._memcpy(*self._step_copy(rows), stream_ptr):
             raise RuntimeError("cuMemcpyHtoDAsync failed")
@@ -308,6 +324,9 @@ class CudaBitmaskApplier:
             result = self._record(self._copied, stream_ptr)
         if result:
             raise RuntimeError(f"cuEventRecord failed with CUDA driver error {result}")
+        if pressure:  # read the rows while they are whole, on the masks just copied
+            self._set_rows(rows)
+            self._pressure.launch(self._pressure_out[:rows], kernel.dtype, self._params[:7], stream_ptr)
         self._launch(kernel, rows, stream_ptr, plan)
 
     def _pointers_offset(self, rows: int) -> int:
@@ -327,9 +346,9 @@ class CudaBitmaskApplier:
 
     def _capture(self, shape: _Shape) -> _void_p:
         """Capture the step for ``shape`` (copy, event, launch with today's parameters) as a graph."""
-        kernel, rows, _, _, plan = shape
+        kernel, rows, _, _, plan, pressure = shape
         executable = self._capture_graph(
-            lambda stream_ptr: self._enqueue(kernel, rows, stream_ptr, plan, capturing=True)
+            lambda stream_ptr: self._enqueue(kernel, rows, stream_ptr, plan, capturing=True, pressure=pressure)
         )
         if len(self._graphs) >= _MAX_GRAPHS:  # the oldest shape goes (freed once it has run)
             self._driver.lib.cuGraphExecDestroy(self._graphs.pop(next(iter(self._graphs))))
