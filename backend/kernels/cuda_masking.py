@@ -185,6 +185,7 @@ class CudaBitmaskApplier:
         masks = self._host[self._pointer_bytes :].view(np.int32)
         self._masks = torch.from_numpy(masks.reshape(rows, self.words))
         self._pressure_out = torch.empty((rows, 2), dtype=torch.float32, device=self._device)
+        self._pressure.allocate(rows, self._device)
         self._probe = MaskDensityProbe(masks, self.words)
         # The launch parameters: (rows pointer array, base, row stride in elements (0: use the array),
         # masks pointer, mask stride, mask words, vocab, prefetch the masks into L2 first, rows: read

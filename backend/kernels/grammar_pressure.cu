@@ -2,9 +2,11 @@
 // the mask kernel writes -inf, gives the mass the mask removes and whether it removes the row's
 // first choice.
 //
-// One block per row. Each thread keeps an online log-sum-exp (max and scaled sum) over every logit
-// and over the allowed ones, and the first index of the largest logit; the block then merges the
-// threads' partial results. out[2 * row] is the removed mass, 1 - exp(lse(allowed) - lse(all)),
+// Two launches. pressure_parts_*: a grid of (chunks, rows) blocks, each over one chunk of a row (one
+// block per row would leave most SMs idle and wait on one load after another). Each thread keeps an
+// online log-sum-exp (max and scaled sum) over every logit and over the allowed ones, and the first
+// index of the largest logit; a block merges its threads' into one Partial. pressure_merge: a warp
+// per row merges the row's chunks. out[2 * row] is the removed mass, 1 - exp(lse(allowed) - lse(all)),
 // and out[2 * row + 1] is 1.0 when the mask refuses the first choice (torch's argmax: the lowest
 // index of the maximum). -inf logits add nothing; a row of only -inf removes nothing.
 // Rows and masks are addressed as in mask_logits.cu: base + row * row_stride when row_stride > 0,
@@ -15,7 +17,7 @@
 #include <math_constants.h>
 #include <stdint.h>
 
-#define PRESSURE_THREADS 512
+#define PRESSURE_THREADS 256
 
 struct Partial {
     float all_max, all_sum;    // every logit: sum of exp(x - all_max)
@@ -75,15 +77,36 @@ __device__ __forceinline__ bool allowed(const uint32_t* mask, int mask_words, in
     return word < mask_words && ((__ldg(mask + word) >> (token & 31)) & 1u);
 }
 
+__device__ __forceinline__ Partial empty_partial(int vocab) {
+    Partial empty = {-CUDART_INF_F, 0.0f, -CUDART_INF_F, 0.0f, -CUDART_INF_F, vocab};
+    return empty;
+}
+
+__device__ __forceinline__ Partial warp_merged(Partial mine) {
+    for (int lane = 16; lane > 0; lane >>= 1) {
+        merge(mine, from_lane(mine, lane));
+    }
+    return mine;
+}
+
+// The span of a chunk: a whole number of mask words, so that a warp reads one word per pass.
+__device__ __forceinline__ int chunk_span(int vocab, int chunks) {
+    return ((vocab + chunks - 1) / chunks + 31) & ~31;
+}
+
 template <typename T>
-__device__ __forceinline__ void pressure(T* const* rows, T* base, long long row_stride, const uint32_t* masks,
-                                         int mask_stride, int mask_words, int vocab, float* out) {
-    const long long row = blockIdx.x;
+__device__ __forceinline__ void pressure_parts(T* const* rows, T* base, long long row_stride, const uint32_t* masks,
+                                               int mask_stride, int mask_words, int vocab, Partial* parts,
+                                               int chunks) {
+    const long long row = blockIdx.y;
     const T* logits = row_stride > 0 ? base + row * row_stride : rows[row];
     const uint32_t* mask = masks + row * mask_stride;
-    Partial mine = {-CUDART_INF_F, 0.0f, -CUDART_INF_F, 0.0f, -CUDART_INF_F, vocab};
-    // Consecutive threads read consecutive logits, so a warp reads one mask word per pass.
-    for (int token = threadIdx.x; token < vocab; token += blockDim.x) {
+    const int span = chunk_span(vocab, chunks);
+    const int first = blockIdx.x * span;
+    const int end = min(first + span, vocab);
+    Partial mine = empty_partial(vocab);
+#pragma unroll 4
+    for (int token = first + threadIdx.x; token < end; token += blockDim.x) {
         const float x = static_cast<float>(logits[token]);
         if (x != x) {
             continue;  // NaN: no mass, never the first choice
@@ -97,20 +120,31 @@ __device__ __forceinline__ void pressure(T* const* rows, T* base, long long row_
             mine.best_index = token;
         }
     }
-    for (int lane = 16; lane > 0; lane >>= 1) {
-        merge(mine, from_lane(mine, lane));
-    }
+    mine = warp_merged(mine);
     __shared__ Partial warps[PRESSURE_THREADS / 32];
-    const int warp = threadIdx.x >> 5;
     if ((threadIdx.x & 31) == 0) {
-        warps[warp] = mine;
+        warps[threadIdx.x >> 5] = mine;
     }
     __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int other = 1; other < static_cast<int>(blockDim.x >> 5); ++other) {
+            merge(mine, warps[other]);
+        }
+        parts[row * chunks + blockIdx.x] = mine;
+    }
+}
+
+// One warp per row (blockIdx.x): the row's chunks merged, the figures written.
+extern "C" __global__ void pressure_merge(const Partial* parts, int chunks, const uint32_t* masks, int mask_stride,
+                                          int mask_words, int vocab, float* out) {
+    const long long row = blockIdx.x;
+    Partial mine = empty_partial(vocab);
+    for (int chunk = threadIdx.x; chunk < chunks; chunk += 32) {
+        merge(mine, parts[row * chunks + chunk]);
+    }
+    mine = warp_merged(mine);
     if (threadIdx.x != 0) {
         return;
-    }
-    for (int other = 1; other < static_cast<int>(blockDim.x >> 5); ++other) {
-        merge(mine, warps[other]);
     }
     float removed = 0.0f;
     if (mine.all_max != -CUDART_INF_F) {
@@ -118,6 +152,7 @@ __device__ __forceinline__ void pressure(T* const* rows, T* base, long long row_
             mine.kept_max == -CUDART_INF_F ? 0.0f : mine.kept_sum * __expf(mine.kept_max - mine.all_max) / mine.all_sum;
         removed = fminf(fmaxf(1.0f - kept, 0.0f), 1.0f);
     }
+    const uint32_t* mask = masks + row * mask_stride;
     const bool forbidden = mine.best_index < vocab && !allowed(mask, mask_words, mine.best_index);
     out[2 * row] = removed;
     out[2 * row + 1] = forbidden ? 1.0f : 0.0f;
@@ -126,8 +161,8 @@ __device__ __forceinline__ void pressure(T* const* rows, T* base, long long row_
 #define LLGT_PRESSURE_ENTRY(name, T)                                                                          \
     extern "C" __global__ void __launch_bounds__(PRESSURE_THREADS)                                           \
         name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, int mask_stride,           \
-             int mask_words, int vocab, float* out) {                                                         \
-        pressure<T>(rows, base, row_stride, masks, mask_stride, mask_words, vocab, out);                      \
+             int mask_words, int vocab, Partial* parts, int chunks) {                                         \
+        pressure_parts<T>(rows, base, row_stride, masks, mask_stride, mask_words, vocab, parts, chunks);      \
     }
 
 LLGT_PRESSURE_ENTRY(pressure_f32, float)
