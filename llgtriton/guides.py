@@ -26,6 +26,8 @@ from llgtriton.schema_dependencies import dependencies_as_any_of
 from llgtriton.schema_formats import annotations_only
 from llgtriton.schema_not import not_as_complement
 from llgtriton.schema_one_of import every_one_of_is_disjoint
+from llgtriton.schema_one_of_cases import one_of_as_cases
+from llgtriton.schema_ref_siblings import ref_siblings_ignored
 from llgtriton.structural_tags import StructuralTag
 from llgtriton.wire import GuideType
 
@@ -227,7 +229,8 @@ def _exact_schema(schema: Any) -> tuple[dict[str, Any], JsonCompileOptions]:
         raise GuideError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
     schema_depth(schema)
     schema = annotations_only(schema, lambda name: logger.info("format %r is an annotation, not asserted", name))
-    schema = not_as_complement(dependencies_as_any_of(schema))
+    schema = ref_siblings_ignored(schema)
+    schema = one_of_as_cases(not_as_complement(dependencies_as_any_of(schema)))
     options: JsonCompileOptions = JSON_OPTIONS
     if every_one_of_is_disjoint(schema):  # then anyOf is exactly oneOf
         options = {**JSON_OPTIONS, "coerce_one_of": True}
