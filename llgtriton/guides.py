@@ -26,6 +26,8 @@ from llgtriton.schema_dependencies import dependencies_as_any_of
 from llgtriton.schema_formats import annotations_only
 from llgtriton.schema_not import not_as_complement
 from llgtriton.schema_one_of import every_one_of_is_disjoint
+from llgtriton.schema_one_of_cases import one_of_as_cases
+from llgtriton.schema_ref_siblings import ref_siblings_ignored
 from llgtriton.structural_tags import StructuralTag
 from llgtriton.wire import GuideType
 
@@ -227,11 +229,31 @@ def _exact_schema(schema: Any) -> tuple[dict[str, Any], JsonCompileOptions]:
         raise GuideError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
     schema_depth(schema)
     schema = annotations_only(schema, lambda name: logger.info("format %r is an annotation, not asserted", name))
+    schema = ref_siblings_ignored(schema)
     schema = not_as_complement(dependencies_as_any_of(schema))
+    cases = one_of_as_cases(schema)
+    if cases != schema and not _one_of_served_alone(schema):
+        schema = cases
     options: JsonCompileOptions = JSON_OPTIONS
     if every_one_of_is_disjoint(schema):  # then anyOf is exactly oneOf
         options = {**JSON_OPTIONS, "coerce_one_of": True}
     return schema, options
+
+
+def _one_of_served_alone(schema: dict[str, Any]) -> bool:
+    """Whether llguidance serves the schema's ``oneOf``s as they are: it proves some disjoint itself
+    (exactly), and its own reading keeps the properties in an order the cases would change."""
+
+    def compiles() -> bool:
+        with llguidance_panics_refused():
+            grammar = str(LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS))
+            is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, None)
+        return not (is_error and any("oneOf" in message for message in messages))
+
+    try:
+        return on_compile_thread(compiles)
+    except ValueError:  # refused for another reason, which the compile after names
+        return True
 
 
 def json_schema_grammar(schema: Any) -> str:

@@ -24,6 +24,10 @@ ONE_SCHEMA = frozenset(
         "contentSchema",
     }
 )
+# Keywords that judge nothing.
+ANNOTATIONS = frozenset(
+    {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
+)
 SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems", "items"})
 SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"})
 

@@ -14,7 +14,11 @@ The complements known:
 - ``{minItems: n}``: an array of at most n - 1 items; likewise ``maxItems``, ``minLength``,
   ``maxLength``.
 - ``{const: c}`` or ``{enum: [...]}`` directly in a schema that is itself a ``const`` or an ``enum``:
-  those values taken out of it.
+  those values taken out of it; elsewhere, every other value, where the values are scalars
+  (:mod:`llgtriton.schema_values`).
+- ``{properties: {p: S}}``: an object holding ``p`` whose value is not ``S``.
+- Several of these keywords in one schema (annotations such as ``description`` dropped): the
+  ``anyOf`` of their complements, as each judges the instance alone.
 ``if: I, then: T, else: E`` is ``anyOf: [allOf: [I, T], allOf: [not I, E]]``, served where the
 complement of ``I`` is known.
 Any other ``not`` is left as it is, and llguidance's refusal names the keyword. The rewrite goes
@@ -26,7 +30,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llgtriton.json_schemas import ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS
+from llgtriton.json_schemas import ANNOTATIONS, ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS
+from llgtriton.schema_values import NoExactComplement, values_complement
 
 TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
 _BOUND_COMPLEMENTS = {
@@ -42,10 +47,23 @@ _COUNT_COMPLEMENTS = {
     "minLength": ("string", "maxLength", -1),
     "maxLength": ("string", "minLength", 1),
 }
-
-
-class _NoExactComplement(Exception):
-    pass
+# Keywords whose complement is taken one at a time when a negated schema holds several.
+_INDEPENDENT = frozenset(
+    {
+        "type",
+        "required",
+        "properties",
+        "const",
+        "enum",
+        "not",
+        "anyOf",
+        "allOf",
+        *_BOUND_COMPLEMENTS,
+        *_COUNT_COMPLEMENTS,
+    }
+)
+_DEFINITIONS = frozenset({"definitions", "$defs"})
+_READ_PROPERTIES = frozenset({"additionalProperties", "patternProperties", "unevaluatedProperties"})
 
 
 def not_as_complement(schema: Any) -> Any:
@@ -69,8 +87,8 @@ def _without_if(node: dict[str, Any]) -> dict[str, Any]:
         return node
     condition = node["if"]
     try:
-        otherwise = _complement(condition)
-    except _NoExactComplement:
+        otherwise = complement(condition)
+    except NoExactComplement:
         return node
     cases = {"anyOf": [{"allOf": [condition, node.get("then", True)]}, {"allOf": [otherwise, node.get("else", True)]}]}
     return {**rest, "allOf": [*earlier, cases]}
@@ -92,35 +110,40 @@ def _without_not(node: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(earlier, list):
         return node
     try:
-        complement = _complement(node["not"], rest)
-    except _NoExactComplement:
+        written = complement(node["not"], rest)
+    except NoExactComplement:
         return node
-    if complement is True:
+    if written is True:
         return rest
-    return {**rest, "allOf": [*earlier, complement]}
+    return {**rest, "allOf": [*earlier, written]}
 
 
-def _complement(negated: Any, around: dict[str, Any] | None = None) -> Any:
+def complement(negated: Any, around: dict[str, Any] | None = None) -> Any:
     """A schema that holds exactly where ``negated`` does not (``around``: the schema the ``not`` sits in,
-    for the forms that depend on it); raises :class:`_NoExactComplement`."""
+    for the forms that depend on it); raises :class:`NoExactComplement`."""
     if negated is False:
         return True
     if negated is True or negated == {}:
         return False
     if not isinstance(negated, dict):
-        raise _NoExactComplement
-    keys = set(negated)
-    if keys == {"not"}:
-        return negated["not"]
-    if keys == {"anyOf"} and isinstance(negated["anyOf"], list) and negated["anyOf"]:
-        return {"allOf": [_complement(branch) for branch in negated["anyOf"]]}
-    if keys == {"allOf"} and isinstance(negated["allOf"], list) and negated["allOf"]:
-        return {"anyOf": [_complement(branch) for branch in negated["allOf"]]}
-    if len(keys) != 1:
-        raise _NoExactComplement
-    ((keyword, value),) = negated.items()
+        raise NoExactComplement
+    # Definitions assert nothing; a $ref into them that the rewrite drops is refused by llguidance.
+    asserted = {key: value for key, value in negated.items() if key not in ANNOTATIONS | _DEFINITIONS}
+    if not asserted:
+        return False
+    if len(asserted) > 1:
+        return _split_complement(asserted, around)
+    ((keyword, value),) = asserted.items()
+    if keyword == "not":
+        return value
+    if keyword == "anyOf" and isinstance(value, list) and value:
+        return {"allOf": [complement(branch, around) for branch in value]}
+    if keyword == "allOf" and isinstance(value, list) and value:
+        return {"anyOf": [complement(branch, around) for branch in value]}
     if keyword == "required":
         return _not_required(value)
+    if keyword == "properties":
+        return _not_properties(value)
     if keyword == "type":
         return _not_type(value, around or {})
     if keyword in _BOUND_COMPLEMENTS and isinstance(value, int | float) and not isinstance(value, bool):
@@ -130,14 +153,41 @@ def _complement(negated: Any, around: dict[str, Any] | None = None) -> Any:
         if value + step < 0:  # minItems: 0 always holds
             return False
         return {"type": kind, other: value + step}
-    if keyword in ("const", "enum") and around is not None:
-        return _not_values([value] if keyword == "const" else value, around)
-    raise _NoExactComplement
+    if keyword in ("const", "enum"):
+        excluded = [value] if keyword == "const" else value
+        if not isinstance(excluded, list):
+            raise NoExactComplement
+        if around is not None and ("const" in around or isinstance(around.get("enum"), list)):
+            return _not_values(excluded, around)
+        return values_complement(excluded)
+    raise NoExactComplement
+
+
+def _split_complement(asserted: dict[str, Any], around: dict[str, Any] | None) -> Any:
+    """Keywords that each judge the instance alone are their conjunction, so the complement is the
+    ``anyOf`` of theirs (De Morgan). ``properties`` is alone only without the keywords that read it."""
+    if not asserted.keys() <= _INDEPENDENT or asserted.keys() & _READ_PROPERTIES:
+        raise NoExactComplement
+    return {"anyOf": [complement({keyword: value}, around) for keyword, value in asserted.items()]}
+
+
+def _not_properties(declared: Any) -> Any:
+    """``properties`` fails where the instance is an object holding one of them that fails its schema."""
+    if not isinstance(declared, dict):
+        raise NoExactComplement
+    cases = [
+        {"type": "object", "required": [name], "properties": {name: complement(schema)}}
+        for name, schema in declared.items()
+        if schema is not True and schema != {}
+    ]
+    if not cases:
+        return False
+    return cases[0] if len(cases) == 1 else {"anyOf": cases}
 
 
 def _not_required(names: Any) -> Any:
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise _NoExactComplement
+        raise NoExactComplement
     if not names:  # required: [] always holds
         return False
     return {"type": "object", "anyOf": [{"properties": {name: False}} for name in dict.fromkeys(names)]}
@@ -146,7 +196,7 @@ def _not_required(names: Any) -> Any:
 def _types(value: Any) -> set[str]:
     names = [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not all(name in TYPES for name in names):
-        raise _NoExactComplement
+        raise NoExactComplement
     return set(names)
 
 
@@ -159,7 +209,7 @@ def _not_type(value: Any, around: dict[str, Any]) -> Any:
         # What is left holds the numbers with a fraction, which no type names: exact only where the
         # schema around allows no number anyway.
         if "number" in _types(around.get("type", list(TYPES))):
-            raise _NoExactComplement
+            raise NoExactComplement
         left.discard("number")
     return {"type": sorted(left)} if left else False
 
@@ -181,19 +231,19 @@ def _canonical(value: Any) -> Any:
         return [_canonical(item) for item in value]
     if isinstance(value, dict):
         return {key: _canonical(item) for key, item in value.items()}
-    raise _NoExactComplement
+    raise NoExactComplement
 
 
 def _not_values(excluded: Any, around: dict[str, Any]) -> Any:
     """The ``enum`` of what ``around`` allows less ``excluded``: ``around`` must be a ``const`` or an ``enum``."""
     if not isinstance(excluded, list):
-        raise _NoExactComplement
+        raise NoExactComplement
     if "const" in around:
         allowed = [around["const"]]
     elif isinstance(around.get("enum"), list):
         allowed = around["enum"]
     else:
-        raise _NoExactComplement
+        raise NoExactComplement
     taken_out = {_key(value) for value in excluded}  # one pass each: enums may hold many thousands
     kept = [item for item in allowed if _key(item) not in taken_out]
     return {"enum": kept} if kept else False

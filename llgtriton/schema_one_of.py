@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llgtriton.json_schemas import local_target, subschemas
+from llgtriton.schema_judge import judged_alone, literal_prefix, satisfies, search_cost
 
 _TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
 _MAX_REFS = 32  # $refs followed to reach one branch's own keywords
@@ -34,8 +35,8 @@ _MAX_REFS = 32  # $refs followed to reach one branch's own keywords
 WORK_BUDGET = 100_000
 
 
-class _OverBudget(Exception):
-    pass
+class ProofOverBudget(Exception):
+    """The proof spent :data:`WORK_BUDGET`; nothing more is proven for the schema."""
 
 
 @dataclass(frozen=True)
@@ -48,24 +49,48 @@ class _Branch:
     forbidden: frozenset[str]  # properties it declares false
     declared: frozenset[str]  # properties it declares
     closed: bool  # no property beyond the declared ones (additionalProperties false, no patterns)
+    prefix: str | None = None  # what its anchored pattern's strings start with
+    named: tuple[Any, ...] | None = None  # the only values it admits (const, enum)
+    simple: dict[str, Any] | None = None  # the branch, where values.satisfies can judge a value by it
 
 
-class _Proof:
+class OneOfProof:
+    """Which branches of a schema's ``oneOf``s may overlap, within one :data:`WORK_BUDGET`."""
+
     def __init__(self, root: Any) -> None:
         self._root = root
         self._left = WORK_BUDGET
-        self._branches: dict[int, _Branch | None] = {}
+        # Keyed by id, holding the object too: a freed schema's id could come back for another.
+        self._branches: dict[int, tuple[Any, _Branch | None]] = {}
 
     def spend(self, work: int) -> None:
         self._left -= work
         if self._left < 0:
-            raise _OverBudget
+            raise ProofOverBudget
+
+    def resolve(self, schema: Any) -> Any:
+        """``schema`` with its local ``$ref``s followed (None for one that cannot be)."""
+        return _resolve(self._root, schema)
 
     def branch(self, schema: Any) -> _Branch | None:
         resolved = _resolve(self._root, schema)
         if id(resolved) not in self._branches:
-            self._branches[id(resolved)] = self._read(resolved)
-        return self._branches[id(resolved)]
+            self._branches[id(resolved)] = (resolved, self._read(resolved))
+        return self._branches[id(resolved)][1]
+
+    def overlapping(self, node: dict[str, Any]) -> list[tuple[int, int]]:
+        """The pairs of ``node``'s ``oneOf`` branches not proven disjoint (raises :class:`ProofOverBudget`)."""
+        branches = node.get("oneOf")
+        if not isinstance(branches, list):
+            return []
+        within = _types(node)  # the oneOf's own schema admits only these
+        read = [self.branch(branch) for branch in branches]
+        return [
+            (index, later)
+            for index, first in enumerate(read)
+            for later in range(index + 1, len(read))
+            if not self.disjoint(first, read[later], within)
+        ]
 
     def _read(self, schema: Any) -> _Branch | None:
         if schema is None:
@@ -85,13 +110,29 @@ class _Proof:
                 values[name] = named
         forbidden = frozenset(name for name, item in properties.items() if _resolve(self._root, item) is False)
         closed = schema.get("additionalProperties") is False and not schema.get("patternProperties")
-        return _Branch(_types(schema), required, values, forbidden, frozenset(properties), closed)
+        admitted = _named(schema)
+        self.spend(len(admitted or ()))
+        return _Branch(
+            _types(schema),
+            required,
+            values,
+            forbidden,
+            frozenset(properties),
+            closed,
+            literal_prefix(schema.get("pattern")),
+            admitted,
+            schema if judged_alone(schema) else None,
+        )
 
-    def disjoint(self, first: _Branch | None, second: _Branch | None) -> bool:
+    def disjoint(self, first: _Branch | None, second: _Branch | None, within: frozenset[str] = _TYPES) -> bool:
         self.spend(1)
         if first is None or second is None:
             return False
-        if not first.types & second.types:
+        if not first.types & second.types & within:
+            return True
+        if _apart_by_values(self, first, second) or _apart_by_values(self, second, first):
+            return True
+        if (first.types | second.types) & within <= {"string"} and _prefixes_differ(first.prefix, second.prefix):
             return True
         objects = frozenset({"object"})
         if not (first.types <= objects and second.types <= objects):
@@ -102,18 +143,15 @@ class _Proof:
 def every_one_of_is_disjoint(root: Any) -> bool:
     """Whether ``root`` has a ``oneOf`` and every ``oneOf`` in it has pairwise disjoint branches,
     proven within :data:`WORK_BUDGET`."""
-    proof, found = _Proof(root), False
+    proof, found = OneOfProof(root), False
     try:
         for node in _schemas(root):
-            branches = node.get("oneOf")
-            if not isinstance(branches, list):
+            if not isinstance(node.get("oneOf"), list):
                 continue
             found = True
-            read = [proof.branch(branch) for branch in branches]
-            for index, first in enumerate(read):
-                if not all(proof.disjoint(first, second) for second in read[index + 1 :]):
-                    return False
-    except _OverBudget:
+            if proof.overlapping(node):
+                return False
+    except ProofOverBudget:
         return False
     return found
 
@@ -194,7 +232,7 @@ def _named_count(schema: Any) -> int:
     return len(enum) if isinstance(enum, list) else 0
 
 
-def _discriminated(proof: _Proof, first: _Branch, second: _Branch) -> bool:
+def _discriminated(proof: OneOfProof, first: _Branch, second: _Branch) -> bool:
     """A property both require whose named values do not meet."""
     common = first.values.keys() & second.values.keys()
     proof.spend(len(common))
@@ -206,7 +244,33 @@ def _discriminated(proof: _Proof, first: _Branch, second: _Branch) -> bool:
     return False
 
 
-def _forbids(proof: _Proof, first: _Branch, second: _Branch) -> bool:
+def _forbids(proof: OneOfProof, first: _Branch, second: _Branch) -> bool:
     """``first`` requires a property ``second`` forbids (declares false, or leaves out while closed)."""
     proof.spend(len(first.required))
     return any(name in second.forbidden or (second.closed and name not in second.declared) for name in first.required)
+
+
+def _named(schema: dict[str, Any]) -> tuple[Any, ...] | None:
+    if "const" in schema:
+        return (schema["const"],)
+    enum = schema.get("enum")
+    return tuple(enum) if isinstance(enum, list) else None
+
+
+def _apart_by_values(proof: OneOfProof, first: _Branch, second: _Branch) -> bool:
+    """``first`` admits only values that ``second``, a schema judged alone, rejects."""
+    if first.named is None or second.simple is None:
+        return False
+    for value in first.named:
+        proof.spend(search_cost(value, second.simple))
+        if satisfies(value, second.simple):
+            return False
+    return True
+
+
+def _prefixes_differ(first: str | None, second: str | None) -> bool:
+    """No string starts with both (neither is a prefix of the other)."""
+    if first is None or second is None:
+        return False
+    length = min(len(first), len(second))
+    return first[:length] != second[:length]

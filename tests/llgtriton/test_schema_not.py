@@ -51,8 +51,15 @@ NOT_TYPES = [
     {"if": {"maximum": 1}, "then": {"type": "integer"}, "else": {"type": "string"}},
     {"if": {"minItems": 1}, "then": {"items": {"type": "string"}}},
     {"if": {"type": "object"}, "then": {"required": ["k"]}, "else": {"not": {"type": "null"}}},
+    {"not": {"type": "string", "minLength": 2, "description": "several keywords: anyOf of complements"}},
+    {"not": {"properties": {"k": {"type": "string"}}}},  # an object whose k is not a string
+    {"if": {"properties": {"k": {"const": "a"}}}, "then": {"required": ["k"]}, "else": {"type": "object"}},
+    {"not": {"definitions": {"x": {}}, "not": {"type": "array"}}},  # definitions assert nothing
 ]
 NOT_VALUES = [
+    {"type": "string", "not": {"enum": ["a", "ab", "", "b\n"]}},  # every string but these
+    {"not": {"enum": ["a", 1, 2.25, None, False]}},
+    {"not": {"const": True}},
     {"enum": ["a", "b", 1, 2.25, None, True], "not": {"enum": ["a", 1.0, False]}},
     {"enum": [1, "b"], "not": {"const": 1}},
     {"const": "a", "not": {"const": "b"}},
@@ -74,7 +81,7 @@ def test_not_type_bounds_and_their_combinations(schema: dict[str, Any], instance
 
 @pytest.mark.parametrize("schema", NOT_VALUES, ids=str)
 @settings(max_examples=60, deadline=None)
-@given(instance=st.sampled_from(["a", "b", 1, 1.0, 2.25, None, True, False, 0]))
+@given(instance=st.sampled_from(["a", "b", "ab", "", "b\n", "ba", 1, 1.0, 2.25, 3, None, True, False, 0]) | values)
 def test_not_const_or_enum_takes_values_out_of_an_enum(schema: dict[str, Any], instance: Any) -> None:
     assert_grammar_agrees(schema, instance)
 
@@ -83,8 +90,10 @@ def test_not_const_or_enum_takes_values_out_of_an_enum(schema: dict[str, Any], i
     "schema",
     [
         {"not": {"type": "integer"}},  # the numbers with a fraction: no exact form
-        {"type": "string", "not": {"enum": ["a"]}},  # every string but one
-        {"not": {"type": "string", "minLength": 2}},
+        {"not": {"enum": [[1]]}},  # every value but an array
+        {"type": "string", "not": {"const": 'a"b'}},  # llguidance cannot take a quote out of a class
+        {"not": {"type": "string", "pattern": "^a"}},
+        {"not": {"properties": {"a": {"pattern": "^a"}}}},
         {"not": {"pattern": "^a"}},
         {"not": {"anyOf": [{"type": "string"}, {"pattern": "^a"}]}},  # one branch without a complement
         {"if": {"pattern": "^a"}, "then": {"maxLength": 3}},  # an if without a complement

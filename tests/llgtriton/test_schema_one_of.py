@@ -82,20 +82,41 @@ def test_objects_told_apart_by_a_property_one_requires_and_the_other_forbids(ins
     assert_grammar_agrees(BY_FORBIDDEN, instance)
 
 
+MAY_OVERLAP = [
+    [{"type": "string"}, {"type": "string", "maxLength": 3}],  # "ab" matches both
+    [{"required": ["a"]}, {"required": ["b"]}],  # {"a": 1, "b": 2} matches both; a string matches both
+    [  # a discriminator, but a string matches both: nothing says they are objects
+        {"properties": {"k": {"const": 1}}, "required": ["k"]},
+        {"properties": {"k": {"const": 2}}, "required": ["k"]},
+    ],
+]
+
+
+@pytest.mark.parametrize("branches", MAY_OVERLAP, ids=str)
+def test_branches_that_may_overlap_are_not_proven_disjoint(branches: list[Any]) -> None:
+    """(They are served as exact cases: ``tests/llgtriton/test_schema_one_of_cases.py``.)"""
+    assert not every_one_of_is_disjoint({"oneOf": branches})
+
+
+@pytest.mark.parametrize(
+    ("branches", "keys"), list(zip(MAY_OVERLAP, [["a"], ["a", "b", "c"], ["k", "c"]], strict=True))
+)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_branches_that_may_overlap_are_served_as_exact_cases(branches: list[Any], keys: list[str], data: Any) -> None:
+    """Objects with the keys the branches name first: llguidance writes declared properties before others."""
+    instance = data.draw(objects_in_order(keys, st.integers(0, 2)) | st.sampled_from(["", "abcd", 1, None]))
+    assert_grammar_agrees({"oneOf": branches}, instance)
+
+
 @pytest.mark.parametrize(
     "branches",
     [
-        [{"type": "string"}, {"type": "string", "maxLength": 3}],  # "ab" matches both
-        [{"type": "integer"}, {"type": "number"}],  # 1 matches both
-        [{"required": ["a"]}, {"required": ["b"]}],  # {"a": 1, "b": 2} matches both; a string matches both
-        [  # a discriminator, but a string matches both: nothing says they are objects
-            {"properties": {"k": {"const": 1}}, "required": ["k"]},
-            {"properties": {"k": {"const": 2}}, "required": ["k"]},
-        ],
+        [{"type": "integer"}, {"type": "number"}],  # 1 matches both; no schema says "not an integer"
         [{"$ref": "#/$defs/missing"}, {"type": "null"}],  # a branch that cannot be read proves nothing
     ],
 )
-def test_branches_that_may_overlap_stay_refused_naming_one_of(branches: list[Any]) -> None:
+def test_branches_that_may_overlap_without_a_complement_stay_refused_naming_one_of(branches: list[Any]) -> None:
     schema = {"oneOf": branches, "$defs": {}}
     assert not every_one_of_is_disjoint(schema)
     with pytest.raises(GuideError, match=r"oneOf|missing"):  # (the last one: its $ref is named first)
@@ -107,7 +128,7 @@ def test_one_overlapping_one_of_keeps_the_whole_schema_refused() -> None:
         "type": "object",
         "properties": {
             "x": {"oneOf": [{"type": "string"}, {"type": "null"}]},
-            "y": {"oneOf": [{"type": "string"}, {"type": "string", "minLength": 2}]},
+            "y": {"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 2}]},
         },
     }
     assert not every_one_of_is_disjoint(schema)

@@ -1,0 +1,140 @@
+"""Judging one concrete value by a simple schema, and what an anchored pattern's strings start with:
+the facts the ``oneOf`` proof (:mod:`llgtriton.schema_one_of`) reads off its branches.
+
+:func:`satisfies` judges only the keywords of :data:`JUDGED` (a schema with any other is not
+judged alone) as the ``jsonschema`` validator does: ``pattern`` with Python's ``re.search``, lengths
+in code points, 1 and 1.0 equal, ``true`` and 1 not. Python's ``re`` backtracks, so the proof pays
+for each search (:func:`search_cost`) out of its bounded budget.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from llgtriton.json_schemas import ANNOTATIONS
+
+JUDGED = frozenset(
+    {
+        "type",
+        "const",
+        "enum",
+        "pattern",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+    }
+)
+_QUANTIFIERS = re.compile(r"[*+?{]")
+_PATTERN_META = frozenset(".[](){}*+?|^$")
+
+
+def judged_alone(schema: Any) -> bool:
+    """Whether :func:`satisfies` can judge a value by ``schema``."""
+    return isinstance(schema, dict) and schema.keys() <= JUDGED | ANNOTATIONS and _judgeable_bounds(schema)
+
+
+def search_cost(value: Any, schema: dict[str, Any]) -> int:
+    """An upper bound on the steps :func:`satisfies` takes (a backtracking search of ``pattern``)."""
+    pattern = schema.get("pattern")
+    if not isinstance(pattern, str) or not isinstance(value, str):
+        return 1
+    steps: int = (len(value) + 1) ** max(1, len(_QUANTIFIERS.findall(pattern)))
+    return steps + len(pattern)
+
+
+def satisfies(value: Any, schema: dict[str, Any]) -> bool:
+    """Whether ``value`` is valid against ``schema`` (:func:`judged_alone` must hold); True when unsure."""
+    declared = schema.get("type")
+    if declared is not None:
+        names = [declared] if isinstance(declared, str) else declared
+        if not isinstance(names, list) or not any(_is_type(value, name) for name in names):
+            return not isinstance(names, list)
+    if "const" in schema and not _equal(value, schema["const"]):
+        return False
+    enum = schema.get("enum")
+    if isinstance(enum, list) and not any(_equal(value, item) for item in enum):
+        return False
+    if isinstance(value, str):
+        return _string_satisfies(value, schema)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _number_satisfies(value, schema)
+    return True
+
+
+def literal_prefix(pattern: Any) -> str | None:
+    """What every string ``pattern`` finds starts with: the literal characters after a leading ``^``
+    (none for a pattern with ``|``, which may hold another branch)."""
+    if not isinstance(pattern, str) or not pattern.startswith("^") or "|" in pattern:
+        return None
+    chars: list[str] = []
+    index = 1
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            if index + 1 >= len(pattern) or pattern[index + 1].isalnum():
+                break  # a class (\d, \w ...) or an escape that is not one character
+            literal, step = pattern[index + 1], 2
+        elif char in _PATTERN_META:
+            break
+        else:
+            literal, step = char, 1
+        if pattern[index + step : index + step + 1] in ("?", "*", "{"):
+            break  # this character may be missing (or repeated where the next one is expected)
+        chars.append(literal)
+        index += step
+    return "".join(chars) or None
+
+
+def _judgeable_bounds(schema: dict[str, Any]) -> bool:
+    numbers = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+    lengths = ("minLength", "maxLength")
+    return all(_is_type(schema[key], "number") for key in numbers if key in schema) and all(
+        _is_type(schema[key], "integer") for key in lengths if key in schema
+    )
+
+
+def _is_type(value: Any, name: str) -> bool:
+    if name == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()
+        )
+    if name == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    kinds: dict[str, Any] = {"string": str, "array": list, "object": dict, "boolean": bool, "null": type(None)}
+    return name in kinds and isinstance(value, kinds[name])
+
+
+def _equal(first: Any, second: Any) -> bool:
+    if isinstance(first, bool) or isinstance(second, bool):
+        return isinstance(first, bool) and isinstance(second, bool) and first == second
+    if isinstance(first, list) and isinstance(second, list):
+        return len(first) == len(second) and all(_equal(a, b) for a, b in zip(first, second, strict=True))
+    if isinstance(first, dict) and isinstance(second, dict):
+        return first.keys() == second.keys() and all(_equal(first[key], second[key]) for key in first)
+    numbers = _is_type(first, "number") and _is_type(second, "number")
+    return (numbers or type(first) is type(second)) and first == second
+
+
+def _string_satisfies(value: str, schema: dict[str, Any]) -> bool:
+    if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", len(value)):
+        return False
+    pattern = schema.get("pattern")
+    if not isinstance(pattern, str):
+        return True
+    try:
+        return re.search(pattern, value) is not None
+    except re.error:
+        return True
+
+
+def _number_satisfies(value: float, schema: dict[str, Any]) -> bool:
+    return not (
+        ("minimum" in schema and value < schema["minimum"])
+        or ("maximum" in schema and value > schema["maximum"])
+        or ("exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"])
+        or ("exclusiveMaximum" in schema and value >= schema["exclusiveMaximum"])
+    )

@@ -1,0 +1,91 @@
+"""``oneOf`` whose branches may overlap, written exactly as ``anyOf`` cases where the complements exist.
+
+``oneOf: [B1, ..., Bn]`` holds where exactly one branch does, which is
+``anyOf: [{allOf: [Bi, not Bj for every j != i]} for each i]``. A pair the proof of
+:mod:`llgtriton.schema_one_of` shows disjoint needs no ``not`` (``Bi`` already excludes ``Bj``), so
+only the pairs it cannot separate need a complement, and each must have an exact one
+(:func:`llgtriton.schema_not.complement`, taken within ``Bi``: a ``$ref`` branch is read at its
+local target; within a ``Bi`` of named values, ``not Bj`` is those values ``Bj`` rejects, judged as
+the validator does by :mod:`llgtriton.schema_judge`). Where one does not, the ``oneOf`` is left as
+it is and stays a 400 naming it; where every pair is disjoint, it is left for ``coerce_one_of``,
+which is then exact.
+
+The rewrite spends the proof's bounded budget: the pairs, and the size of every complement written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llgtriton.json_schemas import rewritten
+from llgtriton.schema_judge import judged_alone, satisfies, search_cost
+from llgtriton.schema_not import complement
+from llgtriton.schema_one_of import OneOfProof, ProofOverBudget
+from llgtriton.schema_values import NoExactComplement
+
+
+def one_of_as_cases(schema: Any) -> Any:
+    """``schema`` with every overlapping ``oneOf`` whose complements are known written as ``anyOf``
+    cases; the schema is not changed."""
+    proof = OneOfProof(schema)
+    try:
+        return rewritten(schema, lambda node: _as_cases(node, proof))
+    except ProofOverBudget:
+        return schema
+
+
+def _as_cases(node: dict[str, Any], proof: OneOfProof) -> dict[str, Any]:
+    branches = node.get("oneOf")
+    earlier = node.get("allOf", [])
+    if not isinstance(branches, list) or not isinstance(earlier, list):
+        return node
+    overlapping = proof.overlapping(node)
+    if not overlapping:
+        return node
+    others: dict[int, list[int]] = {index: [] for index in range(len(branches))}
+    for first, second in overlapping:
+        others[first].append(second)
+        others[second].append(first)
+    cases = []
+    for index, branch in enumerate(branches):
+        within = proof.resolve(branch)
+        try:
+            excluded = [_complement_within(proof, branches[other], within) for other in others[index]]
+        except NoExactComplement:
+            return node  # llguidance's refusal names the oneOf
+        cases.append({"allOf": [branch, *excluded]} if excluded else branch)
+    rest = {key: value for key, value in node.items() if key != "oneOf"}
+    return {**rest, "allOf": [*earlier, {"anyOf": cases}]}
+
+
+def _complement_within(proof: OneOfProof, branch: Any, within: Any) -> Any:
+    target = proof.resolve(branch)
+    if target is None:
+        raise NoExactComplement
+    proof.spend(_size(target))
+    named = _named(within)
+    if named is not None and judged_alone(target):
+        # Within a branch of finitely many values, the complement is those the other one rejects.
+        for value in named:
+            proof.spend(search_cost(value, target))
+        kept = [value for value in named if not satisfies(value, target)]
+        return {"enum": kept} if kept else False
+    return complement(target, within if isinstance(within, dict) else None)
+
+
+def _named(schema: Any) -> list[Any] | None:
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return [schema["const"]]
+    enum = schema.get("enum")
+    return enum if isinstance(enum, list) else None
+
+
+def _size(schema: Any) -> int:
+    """The objects and lists in ``schema``: what its complement writes out again."""
+    if isinstance(schema, dict):
+        return 1 + sum(_size(value) for value in schema.values())
+    if isinstance(schema, list):
+        return 1 + sum(_size(value) for value in schema)
+    return 0
