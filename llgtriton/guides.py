@@ -27,7 +27,9 @@ from llgtriton.schema_formats import annotations_only
 from llgtriton.schema_not import not_as_complement
 from llgtriton.schema_one_of import every_one_of_is_disjoint
 from llgtriton.schema_one_of_cases import one_of_as_cases
+from llgtriton.schema_property_names import property_names_written_out
 from llgtriton.schema_ref_siblings import ref_siblings_ignored
+from llgtriton.schema_refs import stray_refs_into_defs
 from llgtriton.structural_tags import StructuralTag
 from llgtriton.wire import GuideType
 
@@ -228,8 +230,9 @@ def _exact_schema(schema: Any) -> tuple[dict[str, Any], JsonCompileOptions]:
     if not isinstance(schema, dict):
         raise GuideError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
     schema_depth(schema)
+    schema = stray_refs_into_defs(schema)
     schema = annotations_only(schema, lambda name: logger.info("format %r is an annotation, not asserted", name))
-    schema = ref_siblings_ignored(schema)
+    schema = property_names_written_out(ref_siblings_ignored(schema))
     schema = not_as_complement(dependencies_as_any_of(schema))
     cases = one_of_as_cases(schema)
     if cases != schema and not _one_of_served_alone(schema):

@@ -1,0 +1,89 @@
+"""Local ``$ref``s that point outside the schema keywords, moved into ``$defs`` so that the rewrites see them.
+
+A ``$ref`` may name any location of the document, such as a root key of the schema's own
+(``{"$ref": "#/colorString"}`` beside ``"colorString": {...}``). The rewrites walk only the
+keywords that hold schemas (:mod:`llgtriton.json_schemas`), so a schema kept at such a location was
+never rewritten, while llguidance, which follows the ``$ref``, read it as it was: an unasserted
+``format`` there was refused as a whole. Each such target is copied into ``$defs`` and its ``$ref``s
+point at the copy; the document otherwise stays as it is, so the schema means the same.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+from llgtriton.json_schemas import ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS, local_target, rewritten, subschemas
+
+_NAME = "llgtriton-ref-{}"
+
+Path = tuple[str, ...]
+
+
+def stray_refs_into_defs(schema: Any) -> Any:
+    """``schema`` with every local ``$ref`` whose target lies outside the schema keywords pointing at a
+    copy of that target in ``$defs``; ``schema`` is not changed."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("$defs", {}), dict):
+        return schema
+    places = set(_schema_paths(schema, ()))
+    moved: dict[str, str] = {}  # a stray $ref -> the one that replaces it
+    copies: dict[str, Any] = {}
+    waiting = [schema]
+    while waiting:
+        for ref in _refs(waiting.pop()):
+            if ref in moved:
+                continue
+            path = _path_of(ref)
+            target = local_target(schema, ref)
+            if path is None or path in places or not isinstance(target, dict | bool):
+                continue
+            name = _NAME.format(len(copies))
+            moved[ref], copies[name] = f"#/$defs/{name}", target
+            if isinstance(target, dict):
+                waiting.append(target)  # (its own $refs may stray too)
+    if not moved:
+        return schema
+
+    def repointed(node: dict[str, Any]) -> dict[str, Any]:
+        ref = node.get("$ref")
+        return {**node, "$ref": moved[ref]} if isinstance(ref, str) and ref in moved else node
+
+    defs = {**schema.get("$defs", {}), **{name: rewritten(copy, repointed) for name, copy in copies.items()}}
+    return {**rewritten(schema, repointed), "$defs": defs}
+
+
+def _schema_paths(node: Any, path: Path) -> Iterator[Path]:
+    """The paths of ``node`` and of every schema inside it, through the schema keywords."""
+    yield path
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key in SCHEMA_MAPS and isinstance(value, dict):
+            for name, item in value.items():
+                yield from _schema_paths(item, (*path, key, name))
+        elif key in SCHEMA_LISTS and isinstance(value, list):
+            for index, item in enumerate(value):
+                yield from _schema_paths(item, (*path, key, str(index)))
+        elif key in ONE_SCHEMA:
+            yield from _schema_paths(value, (*path, key))
+
+
+def _refs(node: Any) -> Iterator[str]:
+    """The local ``$ref``s of ``node`` and of the schemas inside it."""
+    if not isinstance(node, dict):
+        return
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        yield ref
+    for inner in subschemas(node):
+        yield from _refs(inner)
+
+
+def _path_of(ref: str) -> Path | None:
+    """The parts of a ``#/...`` JSON pointer, decoded; None for another kind of ``$ref``."""
+    if ref == "#":
+        return ()
+    if not ref.startswith("#/"):
+        return None
+    return tuple(urllib.parse.unquote(raw).replace("~1", "/").replace("~0", "~") for raw in ref[2:].split("/"))
