@@ -9,7 +9,18 @@ the logits' device until the step's tokens are read back.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+
+@dataclass(frozen=True)
+class StepPressure:
+    """A step's figures (:func:`pressure_of`, ``[len(rows), 2]`` on the logits' device) and the step's
+    rows they belong to, in that order: its constrained rows."""
+
+    rows: list[int]
+    figures: torch.Tensor
 
 
 def pressure_of(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,7 @@ from backend.contract import ResponseSink, deliver, deliver_failure, is_cancelle
 from backend.detokenizer import Decoder, fast_decoder
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
+from backend.grammar_pressure import StepPressure
 from backend.output_grammar import IncompleteOutput, OutputGrammar
 from backend.output_stream import OutputStream, PressureTally
 from backend.requests import EngineRequest
@@ -242,26 +243,24 @@ class Scheduler:
         rows = list(zip(step, logits, strict=True)) if logits is not None else []
         asking = [(row, seq.pressure) for row, seq in enumerate(step) if seq.pressure is not None]  # usually none
         masking_started = time.perf_counter()
-        constrained, pressure = self._constrain(step, logits, bool(asking)) if logits is not None else ([], None)
+        constrained, pressure = self._constrain(step, logits, bool(asking)) if logits is not None else (0, None)
         masking_seconds = time.perf_counter() - masking_started if constrained else 0.0
         sampled = self._sample(rows)
-        self._tally_pressure(asking, constrained, pressure)
+        self._tally_pressure(asking, pressure)
         self._compute_masks_ahead(sampled)  # the worker runs while the tokens are delivered, and the next pass
         for seq, token in sampled:
             self._advance(seq, token)
         if rows:
-            self.counters.add_step(len(rows), len(constrained), masking_seconds)
+            self.counters.add_step(len(rows), constrained, masking_seconds)
 
     @staticmethod
-    def _tally_pressure(
-        asking: list[tuple[int, PressureTally]], constrained: list[int], pressure: torch.Tensor | None
-    ) -> None:
+    def _tally_pressure(asking: list[tuple[int, PressureTally]], pressure: StepPressure | None) -> None:
         """Add the step to each asking request's tally (read back after sampling, which waited for the
         device anyway); a request without a grammar had nothing removed."""
         if not asking:
             return
-        figures = pressure.cpu().numpy().tolist() if pressure is not None else []  # (numpy's tolist is faster)
-        by_row = dict(zip(constrained, figures, strict=True))
+        figures = pressure.figures.cpu().numpy().tolist() if pressure is not None else []  # (numpy's is faster)
+        by_row = dict(zip(pressure.rows if pressure is not None else [], figures, strict=True))
         nothing = (0.0, 0.0)
         for row, tally in asking:
             tally.add(*by_row.get(row, nothing))
@@ -290,18 +289,20 @@ class Scheduler:
 
     def _constrain(
         self, step: list[_Sequence], logits: torch.Tensor, report_pressure: bool
-    ) -> tuple[list[int], torch.Tensor | None]:
-        """Mask the step's constrained rows in one call; returns them, and with ``report_pressure`` their
-        grammar's pressure (:func:`~backend.grammar_pressure.pressure_of`, on the device) in that order."""
+    ) -> tuple[int, StepPressure | None]:
+        """Mask the step's constrained rows in one call; returns their count, and with ``report_pressure``
+        their grammar's pressure."""
         if self._guidance is None:
-            return [], None
+            return 0, None
         processor = self._guidance.processor
         ids = [seq.seq_id if processor.is_constrained(seq.seq_id) else None for seq in step]
-        constrained = [row for row, seq_id in enumerate(ids) if seq_id is not None]
+        constrained = len(ids) - ids.count(None)
         if not constrained:
-            return [], None
-        pressure = processor.mask(logits, ids, self._engine.stream_ptr, report_pressure=report_pressure)
-        return constrained, pressure
+            return 0, None
+        figures = processor.mask(logits, ids, self._engine.stream_ptr, report_pressure=report_pressure)
+        if figures is None:
+            return constrained, None
+        return constrained, StepPressure([row for row, seq_id in enumerate(ids) if seq_id is not None], figures)
 
     def _admit(self, waiting: _Waiting) -> _Sequence | None:
         request, sink = waiting.request, waiting.sink
