@@ -34,24 +34,50 @@ SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definition
 
 def subschemas(schema: Any) -> Iterator[Any]:
     """The schemas directly inside ``schema`` (not through its ``$ref``s)."""
+    for _, inner in placed_subschemas(schema):
+        yield inner
+
+
+def placed_subschemas(schema: Any) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """The schemas directly inside ``schema``, each with its place there (the JSON pointer's parts)."""
     if not isinstance(schema, dict):
         return
     for key, value in schema.items():
         if key in SCHEMA_MAPS and isinstance(value, dict):
-            yield from value.values()
+            for name, inner in value.items():
+                yield (key, name), inner
         elif key in SCHEMA_LISTS and isinstance(value, list):
-            yield from value
+            for index, inner in enumerate(value):
+                yield (key, str(index)), inner
         elif key in ONE_SCHEMA:
-            yield value
+            yield (key,), value
+
+
+def pointer_parts(ref: str) -> tuple[str, ...] | None:
+    """The decoded parts of a local JSON pointer (``#/...``; ``#`` is the root, and so is a ``#name``
+    anchor, which this does not resolve); None for a ``$ref`` to another document."""
+    if not ref.startswith("#"):
+        return None
+    return tuple(urllib.parse.unquote(raw).replace("~1", "/").replace("~0", "~") for raw in ref[1:].split("/")[1:])
+
+
+def named_values(schema: Any) -> list[Any] | None:
+    """The values a ``const`` or an ``enum`` of ``schema`` names (``const`` first), or None."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return [schema["const"]]
+    enum = schema.get("enum")
+    return enum if isinstance(enum, list) else None
 
 
 def local_target(root: Any, ref: str) -> Any:
     """The part of ``root`` a ``#/...`` JSON pointer names, or None."""
-    if not ref.startswith("#"):
+    parts = pointer_parts(ref)
+    if parts is None:
         return None
     node = root
-    for raw in ref[1:].split("/")[1:]:
-        part = urllib.parse.unquote(raw).replace("~1", "/").replace("~0", "~")
+    for part in parts:
         if isinstance(node, dict) and part in node:
             node = node[part]
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):

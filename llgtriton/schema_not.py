@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llgtriton.json_schemas import ANNOTATIONS, ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS
+from llgtriton.json_schemas import ANNOTATIONS, ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS, named_values
 from llgtriton.schema_values import NoExactComplement, values_complement
 
 TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
@@ -238,11 +238,8 @@ def _not_values(excluded: Any, around: dict[str, Any]) -> Any:
     """The ``enum`` of what ``around`` allows less ``excluded``: ``around`` must be a ``const`` or an ``enum``."""
     if not isinstance(excluded, list):
         raise NoExactComplement
-    if "const" in around:
-        allowed = [around["const"]]
-    elif isinstance(around.get("enum"), list):
-        allowed = around["enum"]
-    else:
+    allowed = named_values(around)
+    if allowed is None:
         raise NoExactComplement
     taken_out = {_key(value) for value in excluded}  # one pass each: enums may hold many thousands
     kept = [item for item in allowed if _key(item) not in taken_out]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llgtriton.json_schemas import rewritten
+from llgtriton.json_schemas import named_values, rewritten
 from llgtriton.schema_judge import judged_alone, satisfies, search_cost
 from llgtriton.schema_not import complement
 from llgtriton.schema_one_of import OneOfProof, ProofOverBudget
@@ -63,7 +63,7 @@ def _complement_within(proof: OneOfProof, branch: Any, within: Any) -> Any:
     if target is None:
         raise NoExactComplement
     proof.spend(_size(target))
-    named = _named(within)
+    named = named_values(within)
     if named is not None and judged_alone(target):
         # Within a branch of finitely many values, the complement is those the other one rejects.
         for value in named:
@@ -71,15 +71,6 @@ def _complement_within(proof: OneOfProof, branch: Any, within: Any) -> Any:
         kept = [value for value in named if not satisfies(value, target)]
         return {"enum": kept} if kept else False
     return complement(target, within if isinstance(within, dict) else None)
-
-
-def _named(schema: Any) -> list[Any] | None:
-    if not isinstance(schema, dict):
-        return None
-    if "const" in schema:
-        return [schema["const"]]
-    enum = schema.get("enum")
-    return enum if isinstance(enum, list) else None
 
 
 def _size(schema: Any) -> int:

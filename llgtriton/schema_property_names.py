@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llgtriton.json_schemas import ANNOTATIONS, rewritten
+from llgtriton.json_schemas import ANNOTATIONS, named_values, rewritten
 
 
 def property_names_written_out(schema: Any) -> Any:
@@ -58,13 +58,8 @@ def _listed(names: Any) -> list[str] | None:
     if not isinstance(names, dict):
         return None
     judging = {key: value for key, value in names.items() if key not in ANNOTATIONS and key != "type"}
-    if names.get("type", "string") != "string" or len(judging) != 1:
-        return None
-    if "const" in judging:
-        values = [judging["const"]]
-    elif isinstance(judging.get("enum"), list):
-        values = judging["enum"]
-    else:
+    values = named_values(judging)
+    if names.get("type", "string") != "string" or len(judging) != 1 or values is None:
         return None
     if not all(isinstance(value, str) for value in values):
         return None

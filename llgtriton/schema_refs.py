@@ -10,11 +10,10 @@ point at the copy; the document otherwise stays as it is, so the schema means th
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-from llgtriton.json_schemas import ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS, local_target, rewritten, subschemas
+from llgtriton.json_schemas import local_target, placed_subschemas, pointer_parts, rewritten, subschemas
 
 _NAME = "llgtriton-ref-{}"
 
@@ -34,7 +33,7 @@ def stray_refs_into_defs(schema: Any) -> Any:
         for ref in _refs(waiting.pop()):
             if ref in moved:
                 continue
-            path = _path_of(ref)
+            path = pointer_parts(ref)
             target = local_target(schema, ref)
             if path is None or path in places or not isinstance(target, dict | bool):
                 continue
@@ -56,17 +55,8 @@ def stray_refs_into_defs(schema: Any) -> Any:
 def _schema_paths(node: Any, path: Path) -> Iterator[Path]:
     """The paths of ``node`` and of every schema inside it, through the schema keywords."""
     yield path
-    if not isinstance(node, dict):
-        return
-    for key, value in node.items():
-        if key in SCHEMA_MAPS and isinstance(value, dict):
-            for name, item in value.items():
-                yield from _schema_paths(item, (*path, key, name))
-        elif key in SCHEMA_LISTS and isinstance(value, list):
-            for index, item in enumerate(value):
-                yield from _schema_paths(item, (*path, key, str(index)))
-        elif key in ONE_SCHEMA:
-            yield from _schema_paths(value, (*path, key))
+    for place, inner in placed_subschemas(node):
+        yield from _schema_paths(inner, (*path, *place))
 
 
 def _refs(node: Any) -> Iterator[str]:
@@ -78,12 +68,3 @@ def _refs(node: Any) -> Iterator[str]:
         yield ref
     for inner in subschemas(node):
         yield from _refs(inner)
-
-
-def _path_of(ref: str) -> Path | None:
-    """The parts of a ``#/...`` JSON pointer, decoded; None for another kind of ``$ref``."""
-    if ref == "#":
-        return ()
-    if not ref.startswith("#/"):
-        return None
-    return tuple(urllib.parse.unquote(raw).replace("~1", "/").replace("~0", "~") for raw in ref[2:].split("/"))
