@@ -5,7 +5,7 @@
 - A ``propertyNames`` of listed names (``enum`` or ``const``, strings) allows those names only: each
   becomes a property (with the ``additionalProperties`` schema where ``properties`` does not name it),
   a named property outside the list is forbidden, and ``additionalProperties`` becomes false. Where
-  ``patternProperties`` also judges names, the keyword is left as it is.
+  ``patternProperties`` or ``unevaluatedProperties`` also judges names, the keyword is left as it is.
 
 Any other ``propertyNames`` is left, and llguidance's refusal names it.
 """
@@ -30,8 +30,8 @@ def _written_out(node: dict[str, Any]) -> dict[str, Any]:
     if _every_string(names):
         return rest
     listed = _listed(names)
-    if listed is None or "patternProperties" in node:
-        return node
+    if listed is None or "patternProperties" in node or "unevaluatedProperties" in node:
+        return node  # (other keywords judge names too: writing them out would not be exact)
     properties = node.get("properties", {})
     if not isinstance(properties, dict):
         return node

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
+from llgtriton.schema_property_names import property_names_written_out
 from tests.llgtriton.matching import assert_grammar_agrees, objects_in_order
 
 VALUES = st.one_of(st.integers(-5, 5), st.booleans(), st.sampled_from(["x", ""]))
@@ -57,3 +58,9 @@ def test_listed_names_beside_pattern_properties_are_left_to_llguidance() -> None
     schema = {"type": "object", "propertyNames": {"enum": ["a"]}, "patternProperties": {"^a": {"type": "integer"}}}
     with pytest.raises(GuideError, match="propertyNames"):
         check_grammar(json_schema_grammar(schema))
+
+
+def test_listed_names_beside_unevaluated_properties_are_left_as_they_are() -> None:
+    # (unevaluatedProperties would judge the listed names that properties does not name)
+    schema = {"type": "object", "propertyNames": {"enum": ["a", "b"]}, "unevaluatedProperties": {"type": "integer"}}
+    assert property_names_written_out(schema) == schema
