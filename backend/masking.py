@@ -83,13 +83,13 @@ class CpuBitmaskApplier:
             if logits.shape[-1] != self.vocab_size:
                 raise ValueError(f"logits must be [..., {self.vocab_size}], not {list(logits.shape)}")
             flat = logits.view(-1, self.vocab_size)  # a view: the masking stays in place
-            chosen = torch.arange(flat.shape[0]) if rows is None else torch.as_tensor(list(rows), dtype=torch.long)
-            allowed = allowed_tokens(self._masks[: len(chosen)], self.vocab_size)
-            pressure = pressure_of(flat[chosen], allowed) if report_pressure else None
-            if rows is None:
-                flat.masked_fill_(~allowed, float("-inf"))
-            else:
-                flat[chosen] = flat[chosen].masked_fill(~allowed, float("-inf"))
+            chosen = None if rows is None else torch.as_tensor(list(rows), dtype=torch.long)
+            picked = flat if chosen is None else flat[chosen]  # (a copy: written back below)
+            allowed = allowed_tokens(self._masks[: picked.shape[0]], self.vocab_size)
+            pressure = pressure_of(picked, allowed) if report_pressure else None
+            picked.masked_fill_(~allowed, float("-inf"))
+            if chosen is not None:
+                flat[chosen] = picked
             return pressure
         if rows is not None or report_pressure:
             raise ValueError("rows and pressure are of one tensor's rows; pick the tensors of a sequence instead")
