@@ -12,9 +12,14 @@ Any other ``propertyNames`` is left, and llguidance's refusal names it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from llgtriton.json_schemas import ANNOTATIONS, named_values, rewritten
+
+# Each listed name the properties do not name gets a copy of additionalProperties: at most this many
+# bytes of them, so that a request cannot make a schema many times its own size.
+MAX_COPIED_BYTES = 1 << 20
 
 
 def property_names_written_out(schema: Any) -> Any:
@@ -36,9 +41,12 @@ def _written_out(node: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(properties, dict):
         return node
     extra = node.get("additionalProperties", True)
+    unnamed = [name for name in listed if name not in properties]
+    if unnamed and not isinstance(extra, bool) and len(unnamed) * len(json.dumps(extra)) > MAX_COPIED_BYTES:
+        return node  # (a small schema must not grow into a huge one: left, and refused naming the keyword)
     # (The named properties keep their order: llguidance writes properties in the schema's order.)
     kept = {name: (schema if name in listed else False) for name, schema in properties.items()}
-    added = {name: extra for name in listed if name not in properties}
+    added = {name: extra for name in unnamed}
     return {**rest, "properties": {**kept, **added}, "additionalProperties": False}
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
-from llgtriton.schema_property_names import property_names_written_out
+from llgtriton.schema_property_names import MAX_COPIED_BYTES, property_names_written_out
 from tests.llgtriton.matching import assert_grammar_agrees, objects_in_order
 
 VALUES = st.one_of(st.integers(-5, 5), st.booleans(), st.sampled_from(["x", ""]))
@@ -64,3 +64,14 @@ def test_listed_names_beside_unevaluated_properties_are_left_as_they_are() -> No
     # (unevaluatedProperties would judge the listed names that properties does not name)
     schema = {"type": "object", "propertyNames": {"enum": ["a", "b"]}, "unevaluatedProperties": {"type": "integer"}}
     assert property_names_written_out(schema) == schema
+
+
+def test_listed_names_do_not_multiply_a_large_schema_past_the_bound() -> None:
+    extra = {"type": "object", "properties": {f"k{i}": {"type": "string", "maxLength": 5} for i in range(60)}}
+    names = [f"n{i}" for i in range(MAX_COPIED_BYTES // 2000)]  # each copy of extra is over 2,000 bytes
+    schema = {"type": "object", "propertyNames": {"enum": names}, "additionalProperties": extra}
+    assert property_names_written_out(schema) == schema
+    with pytest.raises(GuideError, match="propertyNames"):
+        check_grammar(json_schema_grammar(schema))
+    few = {**schema, "propertyNames": {"enum": names[:3]}}
+    assert set(property_names_written_out(few)["properties"]) == {"n0", "n1", "n2"}
