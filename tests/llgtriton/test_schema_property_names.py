@@ -70,7 +70,9 @@ def test_listed_names_do_not_multiply_a_large_schema_past_the_bound() -> None:
     extra = {"type": "object", "properties": {f"k{i}": {"type": "string", "maxLength": 5} for i in range(60)}}
     names = [f"n{i}" for i in range(MAX_COPIED_BYTES // 2000)]  # each copy of extra is over 2,000 bytes
     schema = {"type": "object", "propertyNames": {"enum": names}, "additionalProperties": extra}
-    assert property_names_written_out(schema) == schema
+    written = property_names_written_out(schema)
+    left_alone = "propertyNames" in written and "properties" not in written
+    assert left_alone  # (a flag: pytest's account of a failure would print the huge schema)
     with pytest.raises(GuideError, match="propertyNames"):
         check_grammar(json_schema_grammar(schema))
     few = {**schema, "propertyNames": {"enum": names[:3]}}
