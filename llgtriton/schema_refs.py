@@ -5,17 +5,23 @@ A ``$ref`` may name any location of the document, such as a root key of the sche
 keywords that hold schemas (:mod:`llgtriton.json_schemas`), so a schema kept at such a location was
 never rewritten, while llguidance, which follows the ``$ref``, read it as it was: an unasserted
 ``format`` there was refused as a whole. Each such target is copied into ``$defs`` and its ``$ref``s
-point at the copy; the document otherwise stays as it is, so the schema means the same.
+point at the copy (one copy of a place, however its ``$ref``s spell it, and at most
+:data:`MAX_COPIED_BYTES` of copies, past which the schema is left as it was); the document otherwise
+stays as it is, so the schema means the same.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 from llgtriton.json_schemas import local_target, placed_subschemas, pointer_parts, rewritten, subschemas
 
 _NAME = "llgtriton-ref-{}"
+# The copies may add at most this many bytes to the schema, so that a request cannot make a schema many
+# times its own size (a $ref to every level of a deep target copies each level).
+MAX_COPIED_BYTES = 1 << 20
 
 Path = tuple[str, ...]
 
@@ -27,7 +33,9 @@ def stray_refs_into_defs(schema: Any) -> Any:
         return schema
     places = set(_schema_paths(schema, ()))
     moved: dict[str, str] = {}  # a stray $ref -> the one that replaces it
+    named: dict[Path, str] = {}  # a stray target's place -> its copy's name (one copy however it is spelled)
     copies: dict[str, Any] = {}
+    copied_bytes = 0
     waiting = [schema]
     while waiting:
         for ref in _refs(waiting.pop()):
@@ -37,10 +45,15 @@ def stray_refs_into_defs(schema: Any) -> Any:
             target = local_target(schema, ref)
             if path is None or path in places or not isinstance(target, dict | bool):
                 continue
-            name = _NAME.format(len(copies))
-            moved[ref], copies[name] = f"#/$defs/{name}", target
-            if isinstance(target, dict):
-                waiting.append(target)  # (its own $refs may stray too)
+            if path not in named:
+                copied_bytes += len(json.dumps(target))
+                if copied_bytes > MAX_COPIED_BYTES:
+                    return schema  # (left as it was: llguidance follows the $refs itself)
+                named[path] = _NAME.format(len(copies))
+                copies[named[path]] = target
+                if isinstance(target, dict):
+                    waiting.append(target)  # (its own $refs may stray too)
+            moved[ref] = f"#/$defs/{named[path]}"
     if not moved:
         return schema
 

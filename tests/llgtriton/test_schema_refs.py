@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
-from llgtriton.schema_refs import stray_refs_into_defs
+from llgtriton.schema_refs import MAX_COPIED_BYTES, stray_refs_into_defs
 from tests.llgtriton.matching import assert_grammar_agrees, objects_in_order
 
 # A root key that is not a keyword holds two schemas: one with a format llguidance does not know
@@ -53,3 +53,23 @@ def test_a_stray_target_without_an_exact_rewrite_is_still_refused_naming_its_key
     schema = {"type": "object", "kept": {"not": {"pattern": "^a"}}, "properties": {"a": {"$ref": "#/kept"}}}
     with pytest.raises(GuideError, match="not"):
         check_grammar(json_schema_grammar(schema))
+
+
+def test_one_place_spelled_many_ways_is_copied_once() -> None:
+    spellings = ["#/kept", "#/%6Bept", "#/k%65pt", "#/ke%70t"]
+    schema = {"kept": {"type": "integer"}, "properties": {str(i): {"$ref": ref} for i, ref in enumerate(spellings)}}
+    moved = stray_refs_into_defs(schema)
+    assert len(moved["$defs"]) == 1
+    assert {inner["$ref"] for inner in moved["properties"].values()} == {"#/$defs/llgtriton-ref-0"}
+
+
+def test_copies_past_the_bound_leave_the_schema_as_it_was() -> None:
+    # A $ref to every level of a deep target would copy each level: a schema many times its size.
+    level: dict[str, Any] = {"type": "string", "description": "x" * (MAX_COPIED_BYTES // 8)}
+    for _ in range(12):
+        level = {"type": "object", "properties": {"next": level}}
+    refs = ["#/kept" + "/properties/next" * depth for depth in range(12)]
+    schema = {"kept": level, "properties": {str(i): {"$ref": ref} for i, ref in enumerate(refs)}}
+    moved = stray_refs_into_defs(schema)
+    left_alone = "$defs" not in moved and moved["properties"]["0"] == {"$ref": "#/kept"}
+    assert left_alone  # (a flag: pytest's account of a failure would print the large schema)
