@@ -268,9 +268,10 @@ class GuidanceLogitsProcessor:
         ``client_ids[i]`` (None, or a request without a constraint: left alone). Every token a
         request sampled must have reached its matcher first, through :meth:`prefetch` or
         :meth:`consume`. Masks the worker computed ahead for these requests are used as they are.
-        With ``report_pressure`` (one tensor only) it returns, on the logits' device, each
-        constrained row's :func:`~backend.grammar_pressure.pressure_of`, rows in step order (read it
-        before the next step's call, which may overwrite it).
+        With ``report_pressure`` (one tensor only) it returns each constrained row's
+        :func:`~backend.grammar_pressure.pressure_of`, rows in step order, as the applier gives it
+        (read it once the stream has passed the step, and before the next step's call, which may
+        overwrite it).
         """
         ready = self._wait_for_prefetch()
         rows: list[int] = []

@@ -3,8 +3,8 @@ distribution (temperature 1, before any bias or penalty), and whether it removed
 choice.
 
 This is the CPU path and the reference; on the GPU the mask applier computes the same in one read of
-each row before the mask (``backend/kernels/grammar_pressure.cu``). Either way the figures stay on
-the logits' device until the step's tokens are read back.
+each row before the mask (``backend/kernels/grammar_pressure.cu``) and copies the figures to pinned
+host memory on the step's stream. Either way the step loop reads them after the step's tokens.
 """
 
 from __future__ import annotations
@@ -16,11 +16,20 @@ import torch
 
 @dataclass(frozen=True)
 class StepPressure:
-    """A step's figures (:func:`pressure_of`, ``[len(rows), 2]`` on the logits' device) and the step's
-    rows they belong to, in that order: its constrained rows."""
+    """A step's figures (:func:`pressure_of`, ``[len(rows), 2]``) and the step's rows they belong to,
+    in that order: its constrained rows. From a GPU step the figures are in host memory that
+    ``stream`` fills."""
 
     rows: list[int]
     figures: torch.Tensor
+    stream: torch.cuda.Stream | None = None
+
+    def values(self) -> list[list[float]]:
+        """The figures, row by row (once the stream has passed the step: it has, after the step's
+        tokens were read back, and then this wait is free)."""
+        if self.stream is not None:
+            self.stream.synchronize()
+        return self.figures.cpu().numpy().tolist()  # type: ignore[no-any-return]  # (numpy's is faster)
 
 
 def pressure_of(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

@@ -52,9 +52,10 @@ class BitmaskApplier(Protocol):
         engine's step), of which ``rows`` picks those to mask (row ``rows[i]`` gets mask ``i``;
         None: every row), or one tensor per request, each one row ``[1, ..., 1, vocab_size]``
         (TensorRT-LLM's shape); a tensor of several rows there is refused (``ValueError``).
-        ``report_pressure`` (one tensor only) returns, float32 ``[masked rows, 2]`` on the logits'
-        device, row ``i``'s :func:`~backend.grammar_pressure.pressure_of` as its mask ``i`` finds
-        it; the next call may overwrite it.
+        ``report_pressure`` (one tensor only) returns, float32 ``[masked rows, 2]``, row ``i``'s
+        :func:`~backend.grammar_pressure.pressure_of` as its mask ``i`` finds it: on the logits'
+        device, or in host memory that ``stream_ptr`` fills (read it once the stream has passed the
+        step); the next call may overwrite it.
         """
         ...
 

@@ -9,7 +9,7 @@ released its resources.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from backend.contract import ResponseSink, deliver
@@ -26,24 +26,23 @@ logger = logging.getLogger(__name__)
 @dataclass(slots=True)
 class PressureTally:
     """The grammar's pressure on one output, step by step: the mass each mask removed, and whether it
-    removed the model's first choice. A step the grammar did not mask removed nothing."""
+    removed the model's first choice. A step the grammar did not mask removed nothing.
 
-    tokens: int = 0
-    removed: float = 0.0
-    most: float = 0.0
-    forbidden: int = 0
+    The step loop adds every asking request's row each step, so an add only extends one flat list of
+    floats (no object per step for the garbage collector to walk); it is summed once, at the end."""
 
-    def add(self, removed: float, first_choice_forbidden: float) -> None:
-        """One step: the mass removed, and 1.0 (or True) where the first choice was forbidden."""
-        self.tokens += 1
-        self.removed += removed
-        self.most = max(self.most, removed)
-        if first_choice_forbidden:
-            self.forbidden += 1
+    figures: list[float] = field(default_factory=list)  # removed mass, first choice forbidden, ...
+
+    def add(self, figures: Sequence[float]) -> None:
+        """One step: the mass removed, and 1.0 where the first choice was forbidden."""
+        self.figures.extend(figures)
 
     def report(self) -> GrammarPressure:
-        mean = self.removed / self.tokens if self.tokens else 0.0
-        return GrammarPressure(self.tokens, mean, self.most, self.forbidden)
+        removed = self.figures[0::2]
+        if not removed:
+            return GrammarPressure(0, 0.0, 0.0, 0)
+        forbidden = sum(1 for flag in self.figures[1::2] if flag)
+        return GrammarPressure(len(removed), sum(removed) / len(removed), max(removed), forbidden)
 
 
 @dataclass(eq=False)

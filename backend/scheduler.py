@@ -53,6 +53,7 @@ from backend.telemetry import StepCounters
 from llgtriton.wire import Alternative, FinishReason, GenerationOutput, PromptLogprobs, TokenLogprob
 
 logger = logging.getLogger(__name__)
+_NOTHING_REMOVED = (0.0, 0.0)  # the figures of a step the grammar did not mask
 
 
 @dataclass(eq=False, kw_only=True)
@@ -259,11 +260,15 @@ class Scheduler:
         device anyway); a request without a grammar had nothing removed."""
         if not asking:
             return
-        figures = pressure.figures.cpu().numpy().tolist() if pressure is not None else []  # (numpy's is faster)
-        by_row = dict(zip(pressure.rows if pressure is not None else [], figures, strict=True))
-        nothing = (0.0, 0.0)
+        figures = pressure.values() if pressure is not None else []
+        rows = pressure.rows if pressure is not None else []
+        if [row for row, _ in asking] == rows:  # (usually: every constrained row asked, and only those)
+            for (_, tally), figure in zip(asking, figures, strict=True):
+                tally.add(figure)
+            return
+        by_row = dict(zip(rows, figures, strict=True))
         for row, tally in asking:
-            tally.add(*by_row.get(row, nothing))
+            tally.add(by_row.get(row, _NOTHING_REMOVED))
 
     def _compute_masks_ahead(self, sampled: list[tuple[_Sequence, int]]) -> None:
         """Start the next masks on the worker: each constrained request consumes the token it just
@@ -302,7 +307,9 @@ class Scheduler:
         figures = processor.mask(logits, ids, self._engine.stream_ptr, report_pressure=report_pressure)
         if figures is None:
             return constrained, None
-        return constrained, StepPressure([row for row, seq_id in enumerate(ids) if seq_id is not None], figures)
+        stream = torch.cuda.current_stream(logits.device) if logits.is_cuda else None
+        rows = [row for row, seq_id in enumerate(ids) if seq_id is not None]
+        return constrained, StepPressure(rows, figures, stream)
 
     def _admit(self, waiting: _Waiting) -> _Sequence | None:
         request, sink = waiting.request, waiting.sink

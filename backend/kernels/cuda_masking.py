@@ -93,7 +93,7 @@ class CudaBitmaskApplier:
                 arch=f"sm_{major}{minor}",
             )
             self._functions = self._load(cubin)
-            self._pressure = PressureKernel(self._driver, PressureKernel.compile(f"sm_{major}{minor}"))
+            self._pressure = PressureKernel(self._driver, PressureKernel.compile(f"sm_{major}{minor}"), self._sms)
             facts = DeviceFacts(self._sms, self._l2_bytes, self._resident_blocks)
             self.policy = LaunchPolicy(vocab_size, facts, settings)
             self._copied = _void_p()
@@ -184,7 +184,6 @@ class CudaBitmaskApplier:
         self._pointers = self._host[: self._pointer_bytes].view(np.uint64)
         masks = self._host[self._pointer_bytes :].view(np.int32)
         self._masks = torch.from_numpy(masks.reshape(rows, self.words))
-        self._pressure_out = torch.empty((rows, 2), dtype=torch.float32, device=self._device)
         self._pressure.allocate(rows, self._device)
         self._probe = MaskDensityProbe(masks, self.words)
         # The launch parameters: (rows pointer array, base, row stride in elements (0: use the array),
@@ -260,8 +259,9 @@ class CudaBitmaskApplier:
         or one tensor ``[..., vocab]`` whose leading dimensions are the rows; of a tensor, ``rows``
         chooses which rows are masked (row ``rows[i]`` with mask ``i``; None: all of them).
         ``report_pressure`` (one tensor's rows only) returns each masked row's removed mass and
-        first-choice flag (:mod:`backend.grammar_pressure`), float32 ``[masked rows, 2]`` on the
-        device, in a buffer the next step's call overwrites.
+        first-choice flag (:mod:`backend.grammar_pressure`), float32 ``[masked rows, 2]`` in pinned
+        host memory that the stream fills (read it once the stream has passed this step; the next
+        step's call overwrites it).
         """
         if (rows is not None or report_pressure) and not isinstance(logits, torch.Tensor):
             raise ValueError("rows and pressure are of one tensor's rows; pick the tensors of a sequence instead")
@@ -269,7 +269,7 @@ class CudaBitmaskApplier:
         if step is None:
             return None
         kernel, count = step
-        pressure = self._pressure_out[:count] if report_pressure else None
+        pressure = self._pressure.figures(count) if report_pressure else None
         if threading.get_ident() in self._primary_threads:
             self._queue(kernel, count, stream_ptr, report_pressure)
             return pressure
@@ -327,7 +327,7 @@ class CudaBitmaskApplier:
             raise RuntimeError(f"cuEventRecord failed with CUDA driver error {result}")
         if pressure:  # read the rows while they are whole, on the masks just copied
             self._set_rows(rows)
-            self._pressure.launch(self._pressure_out[:rows], kernel.dtype, self._params[:7], stream_ptr)
+            self._pressure.launch(rows, kernel.dtype, self._params[:7], stream_ptr)
         self._launch(kernel, rows, stream_ptr, plan)
 
     def _pointers_offset(self, rows: int) -> int:

@@ -1,6 +1,7 @@
 """The grammar's pressure on the GPU: ``grammar_pressure.cu``, launched by the mask applier between the
-step's mask copy and the mask kernel, so it reads each row's logits once while they are still whole:
-a grid of chunks of every row, then a warp per row merging its chunks."""
+step's mask copy and the mask kernel, so it reads each row's logits once while they are still whole;
+it writes the figures into mapped host memory, so that the step loop reads them with no copy or wait
+of its own once the step's tokens are back."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import ctypes
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from backend.kernels.driver import Driver
 
 PRESSURE_SOURCE = Path(__file__).with_name("grammar_pressure.cu")
 _THREADS = 256  # PRESSURE_THREADS in the source
-_CHUNKS = 16  # blocks per row: at 64 rows, a thousand blocks of ~8k logits each
+_MOST_CHUNKS = 16  # blocks per row, at most
 _PARTIAL_FLOATS = 6  # sizeof(Partial) / 4
 _NAMES = {torch.float32: "pressure_f32", torch.float16: "pressure_f16", torch.bfloat16: "pressure_bf16"}
 _void_p = ctypes.c_void_p
@@ -23,25 +25,41 @@ _void_p = ctypes.c_void_p
 class PressureKernel:
     """The compiled pressure kernels of one device, launched with the mask kernels' row addressing."""
 
-    def __init__(self, driver: Driver, cubin: bytes) -> None:
+    def __init__(self, driver: Driver, cubin: bytes, sms: int) -> None:
         self._driver = driver
+        self._sms = sms
         module = _void_p()
         driver.check(driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
         self._module = module  # (kept: its functions live as long as it does)
         self._functions = {dtype: self._function(name) for dtype, name in _NAMES.items()}
-        self._merge = self._function("pressure_merge")
-        # The launches' own parameters, after the mask kernels' seven: where the chunks' partial
-        # results go, and how many chunks; then the merge's.
+        # Blocks all SMs hold at once: a step's rows get as many chunks as fill one wave of them (a
+        # second, part-filled wave would cost as long as the first).
+        self._resident = {dtype: self._resident_blocks(function) for dtype, function in self._functions.items()}
+        # The launch's own parameters, after the mask kernels' seven: where the chunks' partial
+        # results go, how many chunks, each row's count of finished chunks, the figures.
         self._parts = ctypes.c_uint64(0)
-        self._chunks = ctypes.c_int(_CHUNKS)
+        self._chunks = ctypes.c_int(1)
+        self._finished = ctypes.c_uint64(0)
         self._out = ctypes.c_uint64(0)
-        self._parts_buffer = torch.empty(0)
+        holders = (self._parts, self._chunks, self._finished, self._out)
+        self._own_params = [ctypes.cast(ctypes.pointer(holder), _void_p).value for holder in holders]
+        self._buffers: tuple[torch.Tensor, ...] = ()
+        self._host = torch.empty((0, 2))
+        self._mapped: object = None
 
     def _function(self, name: str) -> _void_p:
         function = _void_p()
         result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), self._module, name.encode())
         self._driver.check(result, f"cuModuleGetFunction({name})")
         return function
+
+    def _resident_blocks(self, function: _void_p) -> int:
+        per_sm = ctypes.c_int()
+        result = self._driver.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(per_sm), function, _THREADS, 0
+        )
+        self._driver.check(result, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        return max(1, per_sm.value) * self._sms
 
     @staticmethod
     def compile(arch: str) -> bytes:
@@ -50,33 +68,38 @@ class PressureKernel:
         return bytes(compile_cuda(PRESSURE_SOURCE.read_text(), no_extern_c=True, options=["-O3"], arch=arch))
 
     def allocate(self, rows: int, device: torch.device) -> None:
-        """Room for ``rows`` rows' partial results (the graphs that point at the old room are dropped
-        by the applier, which calls this)."""
-        self._parts_buffer = torch.empty(rows * _CHUNKS * _PARTIAL_FLOATS, dtype=torch.float32, device=device)
-        self._parts.value = self._parts_buffer.data_ptr()
+        """Room for ``rows`` rows (the graphs that point at the old room are dropped by the applier,
+        which calls this, with the device's context current)."""
+        import pycuda.driver as cuda
 
-    def launch(self, out: torch.Tensor, dtype: torch.dtype, row_params: Sequence[int | None], stream_ptr: int) -> None:
-        """Queue the reduction of ``out``'s rows (float32 ``[rows, 2]`` on the device) of ``dtype`` logits.
+        parts = torch.empty(rows * _MOST_CHUNKS * _PARTIAL_FLOATS, dtype=torch.float32, device=device)
+        finished = torch.zeros(rows, dtype=torch.int32, device=device)  # (the kernel leaves it at 0)
+        self._buffers = (parts, finished)
+        self._parts.value, self._finished.value = parts.data_ptr(), finished.data_ptr()
+        # The kernel writes the figures straight into mapped host memory: a copy after it would be
+        # one more node on the step's path (a few µs), for 8 bytes a row.
+        mapped = cuda.pagelocked_empty((rows, 2), np.float32, mem_flags=cuda.host_alloc_flags.DEVICEMAP)
+        self._mapped = mapped  # (kept: the host tensor is a view of it)
+        self._host = torch.from_numpy(mapped)
+        self._out.value = int(mapped.base.get_device_pointer())
+
+    def figures(self, rows: int) -> torch.Tensor:
+        """The last launch's figures, float32 ``[rows, 2]`` in pinned host memory: read them once the
+        stream has passed the launch (the next launch overwrites them)."""
+        return self._host[:rows]
+
+    def launch(self, rows: int, dtype: torch.dtype, row_params: Sequence[int | None], stream_ptr: int) -> None:
+        """Queue the reduction of ``rows`` rows of ``dtype`` logits, whose figures land in host memory.
 
         ``row_params`` are the mask kernels' first seven parameters as set for the step (row
         pointers, base, row stride, masks, mask stride, mask words, vocab): the rows are read as
         they read them.
         """
-        rows = out.shape[0]
-        if out.dtype != torch.float32 or tuple(out.shape) != (rows, 2) or not out.is_contiguous():
-            shape = list(out.shape)
-            raise ValueError(f"the pressure goes into a contiguous float32 [rows, 2] tensor, not {out.dtype} {shape}")
-        if rows * _CHUNKS * _PARTIAL_FLOATS > self._parts_buffer.numel():
+        if rows > len(self._host):
             raise ValueError(f"{rows} rows; allocate({rows}) first")
-        self._out.value = out.data_ptr()
-        parts, chunks, out_param = (
-            ctypes.cast(ctypes.pointer(h), _void_p).value for h in (self._parts, self._chunks, self._out)
-        )
-        # (row_params: rows, base, stride, masks, mask stride, mask words, vocab)
-        chunk_params = (_void_p * 9)(*row_params, parts, chunks)
-        merge_params = (_void_p * 7)(parts, chunks, *row_params[3:7], out_param)
-        launch = self._driver.lib.cuLaunchKernel
-        if launch(self._functions[dtype], _CHUNKS, rows, 1, _THREADS, 1, 1, 0, stream_ptr, chunk_params, None):
+        self._chunks.value = max(1, min(_MOST_CHUNKS, self._resident[dtype] // rows))
+        params = (_void_p * 11)(*row_params, *self._own_params)
+        if self._driver.lib.cuLaunchKernel(
+            self._functions[dtype], self._chunks.value, rows, 1, _THREADS, 1, 1, 0, stream_ptr, params, None
+        ):
             raise RuntimeError(f"cuLaunchKernel({_NAMES[dtype]}) failed")
-        if launch(self._merge, rows, 1, 1, 32, 1, 1, 0, stream_ptr, merge_params, None):
-            raise RuntimeError("cuLaunchKernel(pressure_merge) failed")

@@ -2,13 +2,15 @@
 // the mask kernel writes -inf, gives the mass the mask removes and whether it removes the row's
 // first choice.
 //
-// Two launches. pressure_parts_*: a grid of (chunks, rows) blocks, each over one chunk of a row (one
-// block per row would leave most SMs idle and wait on one load after another). Each thread keeps an
-// online log-sum-exp (max and scaled sum) over every logit and over the allowed ones, and the first
-// index of the largest logit; a block merges its threads' into one Partial. pressure_merge: a warp
-// per row merges the row's chunks. out[2 * row] is the removed mass, 1 - exp(lse(allowed) - lse(all)),
-// and out[2 * row + 1] is 1.0 when the mask refuses the first choice (torch's argmax: the lowest
-// index of the maximum). -inf logits add nothing; a row of only -inf removes nothing.
+// One launch of a grid of (chunks, rows) blocks, each over one chunk of a row (one block per row
+// would leave most SMs idle). Each thread reads 16 bytes of logits at a time (one token at a time
+// waits on the loads, not on the bandwidth) and keeps an online log-sum-exp (max and scaled sum) over
+// every logit and over the allowed ones, and the first index of the largest logit; a block merges
+// its threads' into one Partial, and the last block of a row to finish merges the row's (one launch
+// fewer than a merge kernel of its own). out[2 * row] is the removed mass,
+// 1 - exp(lse(allowed) - lse(all)), and out[2 * row + 1] is 1.0 when the mask refuses the first
+// choice (torch's argmax: the lowest index of the maximum). -inf and NaN logits add nothing; a row of
+// only -inf removes nothing. finished[row] counts the row's blocks done, and is 0 between launches.
 // Rows and masks are addressed as in mask_logits.cu: base + row * row_stride when row_stride > 0,
 // otherwise rows[row]; tokens past the mask's words are refused.
 
@@ -26,15 +28,69 @@ struct Partial {
     int best_index;
 };
 
-__device__ __forceinline__ void add_to(float& max_value, float& sum, float x) {
-    if (x == -CUDART_INF_F) {
-        return;
+// A run of ``count`` tokens (x[i] is token first + i, bit i of ``bits`` says whether it is allowed)
+// added to a thread's partial: one rescale per run and accumulator, not one per token.
+template <int count>
+__device__ __forceinline__ void add_run(Partial& mine, const float* x, uint32_t bits, int first) {
+    float all_top = -CUDART_INF_F;
+    float kept_top = -CUDART_INF_F;
+#pragma unroll
+    for (int i = 0; i < count; ++i) {
+        all_top = fmaxf(all_top, x[i]);
+        if ((bits >> i) & 1u) {
+            kept_top = fmaxf(kept_top, x[i]);
+        }
+        if (x[i] > mine.best) {  // (tokens rise, so the first maximum stays)
+            mine.best = x[i];
+            mine.best_index = first + i;
+        }
     }
-    if (x > max_value) {
-        sum = sum * __expf(max_value - x) + 1.0f;  // (exp(-inf) is 0 while max_value is still -inf)
-        max_value = x;
-    } else {
-        sum += __expf(x - max_value);
+    if (all_top != -CUDART_INF_F) {
+        if (all_top > mine.all_max) {
+            mine.all_sum *= __expf(mine.all_max - all_top);  // (0 * exp(-inf) while all_max is still -inf)
+            mine.all_max = all_top;
+        }
+#pragma unroll
+        for (int i = 0; i < count; ++i) {
+            mine.all_sum += __expf(x[i] - mine.all_max);  // (a -inf logit adds exp(-inf) = 0)
+        }
+    }
+    if (kept_top != -CUDART_INF_F) {
+        if (kept_top > mine.kept_max) {
+            mine.kept_sum *= __expf(mine.kept_max - kept_top);
+            mine.kept_max = kept_top;
+        }
+#pragma unroll
+        for (int i = 0; i < count; ++i) {
+            if ((bits >> i) & 1u) {
+                mine.kept_sum += __expf(x[i] - mine.kept_max);
+            }
+        }
+    }
+}
+
+// A logit as a float; NaN reads as -inf: no mass, never the first choice.
+__device__ __forceinline__ float finite_or_minus_inf(float x) { return x == x ? x : -CUDART_INF_F; }
+
+__device__ __forceinline__ float half_bits(float, uint32_t bits) { return __uint_as_float(bits); }
+__device__ __forceinline__ float half_bits(__half, uint32_t bits) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+__device__ __forceinline__ float half_bits(__nv_bfloat16, uint32_t bits) { return __uint_as_float(bits << 16); }
+
+// The 16 bytes at ``at`` (aligned) as 16 / sizeof(T) floats.
+template <typename T>
+__device__ __forceinline__ void load_16_bytes(const T* at, float* x) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(at));
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int word = 0; word < 4; ++word) {
+        if (sizeof(T) == 4) {
+            x[word] = finite_or_minus_inf(__uint_as_float(words[word]));
+        } else {
+            x[2 * word] = finite_or_minus_inf(half_bits(T(), words[word] & 0xffffu));
+            x[2 * word + 1] = finite_or_minus_inf(half_bits(T(), words[word] >> 16));
+        }
     }
 }
 
@@ -94,10 +150,26 @@ __device__ __forceinline__ int chunk_span(int vocab, int chunks) {
     return ((vocab + chunks - 1) / chunks + 31) & ~31;
 }
 
+// The figures of a row from its merged partial: the removed mass, and 1.0 when the mask refuses the
+// first choice.
+__device__ __forceinline__ void write_figures(const Partial& row_total, const uint32_t* mask, int mask_words, int vocab,
+                                              float* out) {
+    float removed = 0.0f;
+    if (row_total.all_max != -CUDART_INF_F) {
+        const float kept = row_total.kept_max == -CUDART_INF_F
+                               ? 0.0f
+                               : row_total.kept_sum * __expf(row_total.kept_max - row_total.all_max) / row_total.all_sum;
+        removed = fminf(fmaxf(1.0f - kept, 0.0f), 1.0f);
+    }
+    const bool forbidden = row_total.best_index < vocab && !allowed(mask, mask_words, row_total.best_index);
+    out[0] = removed;
+    out[1] = forbidden ? 1.0f : 0.0f;
+}
+
 template <typename T>
-__device__ __forceinline__ void pressure_parts(T* const* rows, T* base, long long row_stride, const uint32_t* masks,
-                                               int mask_stride, int mask_words, int vocab, Partial* parts,
-                                               int chunks) {
+__device__ __forceinline__ void pressure_rows(T* const* rows, T* base, long long row_stride, const uint32_t* masks,
+                                              int mask_stride, int mask_words, int vocab, Partial* parts, int chunks,
+                                              unsigned int* finished, float* out) {
     const long long row = blockIdx.y;
     const T* logits = row_stride > 0 ? base + row * row_stride : rows[row];
     const uint32_t* mask = masks + row * mask_stride;
@@ -105,23 +177,28 @@ __device__ __forceinline__ void pressure_parts(T* const* rows, T* base, long lon
     const int first = blockIdx.x * span;
     const int end = min(first + span, vocab);
     Partial mine = empty_partial(vocab);
-#pragma unroll 4
-    for (int token = first + threadIdx.x; token < end; token += blockDim.x) {
-        const float x = static_cast<float>(logits[token]);
-        if (x != x) {
-            continue;  // NaN: no mass, never the first choice
+    // 16-byte loads where the row allows them (a chunk starts on a whole mask word, so every run of
+    // 16 bytes lies in one word); one token at a time otherwise and at the row's end.
+    constexpr int per_load = 16 / sizeof(T);
+    int token = first + threadIdx.x * per_load;
+    if ((reinterpret_cast<uintptr_t>(logits) & 15) == 0) {
+        for (; token + per_load <= end; token += blockDim.x * per_load) {
+            float x[per_load];
+            load_16_bytes(logits + token, x);
+            const int word = token >> 5;
+            const uint32_t bits = word < mask_words ? __ldg(mask + word) >> (token & 31) : 0u;
+            add_run<per_load>(mine, x, bits, token);
         }
-        add_to(mine.all_max, mine.all_sum, x);
-        if (allowed(mask, mask_words, token)) {
-            add_to(mine.kept_max, mine.kept_sum, x);
-        }
-        if (x > mine.best) {  // (tokens rise, so the first maximum stays)
-            mine.best = x;
-            mine.best_index = token;
+    }
+    for (; token < end; token += blockDim.x * per_load) {  // (the same runs, token by token, in order)
+        for (int one = token; one < min(token + per_load, end); ++one) {
+            const float x = finite_or_minus_inf(static_cast<float>(logits[one]));
+            add_run<1>(mine, &x, allowed(mask, mask_words, one) ? 1u : 0u, one);
         }
     }
     mine = warp_merged(mine);
     __shared__ Partial warps[PRESSURE_THREADS / 32];
+    __shared__ bool last_of_row;
     if ((threadIdx.x & 31) == 0) {
         warps[threadIdx.x >> 5] = mine;
     }
@@ -131,38 +208,35 @@ __device__ __forceinline__ void pressure_parts(T* const* rows, T* base, long lon
             merge(mine, warps[other]);
         }
         parts[row * chunks + blockIdx.x] = mine;
+        __threadfence();  // (the part is seen by the row's last block before the count is)
+        last_of_row = atomicAdd(finished + row, 1u) == static_cast<unsigned int>(chunks - 1);
     }
-}
-
-// One warp per row (blockIdx.x): the row's chunks merged, the figures written.
-extern "C" __global__ void pressure_merge(const Partial* parts, int chunks, const uint32_t* masks, int mask_stride,
-                                          int mask_words, int vocab, float* out) {
-    const long long row = blockIdx.x;
-    Partial mine = empty_partial(vocab);
-    for (int chunk = threadIdx.x; chunk < chunks; chunk += 32) {
-        merge(mine, parts[row * chunks + chunk]);
-    }
-    mine = warp_merged(mine);
-    if (threadIdx.x != 0) {
+    __syncthreads();
+    if (!last_of_row || threadIdx.x >= 32) {
         return;
     }
-    float removed = 0.0f;
-    if (mine.all_max != -CUDART_INF_F) {
-        const float kept =
-            mine.kept_max == -CUDART_INF_F ? 0.0f : mine.kept_sum * __expf(mine.kept_max - mine.all_max) / mine.all_sum;
-        removed = fminf(fmaxf(1.0f - kept, 0.0f), 1.0f);
+    // The row's last block: its first warp merges the row's chunks (read past L1, which may be stale)
+    // and sets the count back for the next step.
+    Partial row_total = empty_partial(vocab);
+    for (int chunk = threadIdx.x; chunk < chunks; chunk += 32) {
+        const volatile Partial* part = parts + row * chunks + chunk;
+        const Partial other = {part->all_max, part->all_sum,  part->kept_max,
+                               part->kept_sum, part->best, part->best_index};
+        merge(row_total, other);
     }
-    const uint32_t* mask = masks + row * mask_stride;
-    const bool forbidden = mine.best_index < vocab && !allowed(mask, mask_words, mine.best_index);
-    out[2 * row] = removed;
-    out[2 * row + 1] = forbidden ? 1.0f : 0.0f;
+    row_total = warp_merged(row_total);
+    if (threadIdx.x == 0) {
+        finished[row] = 0;
+        write_figures(row_total, mask, mask_words, vocab, out + 2 * row);
+    }
 }
 
-#define LLGT_PRESSURE_ENTRY(name, T)                                                                          \
-    extern "C" __global__ void __launch_bounds__(PRESSURE_THREADS)                                           \
-        name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, int mask_stride,           \
-             int mask_words, int vocab, Partial* parts, int chunks) {                                         \
-        pressure_parts<T>(rows, base, row_stride, masks, mask_stride, mask_words, vocab, parts, chunks);      \
+#define LLGT_PRESSURE_ENTRY(name, T)                                                                              \
+    extern "C" __global__ void __launch_bounds__(PRESSURE_THREADS)                                               \
+        name(T* const* rows, T* base, long long row_stride, const uint32_t* masks, int mask_stride,               \
+             int mask_words, int vocab, Partial* parts, int chunks, unsigned int* finished, float* out) {         \
+        pressure_rows<T>(rows, base, row_stride, masks, mask_stride, mask_words, vocab, parts, chunks, finished, \
+                         out);                                                                                    \
     }
 
 LLGT_PRESSURE_ENTRY(pressure_f32, float)

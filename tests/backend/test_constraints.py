@@ -22,7 +22,7 @@ from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
 from llgtriton.guides import grammar_for
 from llgtriton.messages import ChatMessage
-from llgtriton.wire import FinishReason, GuideType, constraint_refusal
+from llgtriton.wire import FinishReason, GrammarPressure, GuideType, constraint_refusal
 from tests.backend.recording import run as generate
 from tests.support.harness import RecordingSink
 
@@ -411,3 +411,31 @@ def test_logit_bias_steers_free_text_but_never_lifts_the_mask(
     )
     assert tokenizer.tokenize_str(free.text)[:1] == [forced]
     assert held.text in ("yes", "no")
+
+
+def test_a_request_in_a_mixed_batch_reports_the_pressure_it_reports_alone(
+    scheduler: Scheduler, loaded_model: Any
+) -> None:
+    prompt = chat(loaded_model, "Give me JSON for a person named Ann aged 31.")
+    schema = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
+
+    def person(request_id: str, asks: bool) -> EngineRequest:
+        return EngineRequest(request_id, prompt, 40, GREEDY, grammar=schema, grammar_pressure=asks)
+
+    (alone,) = generate(scheduler, person("alone", True))
+    # One step's rows: asking and constrained, constrained only, asking and free.
+    asking, quiet, free = generate(
+        scheduler,
+        person("asking", True),
+        person("quiet", False),
+        EngineRequest("free", prompt, 6, GREEDY, grammar_pressure=True),
+    )
+
+    expected, report = alone.outputs[-1].grammar_pressure, asking.outputs[-1].grammar_pressure
+    assert expected is not None and report is not None
+    assert (report.tokens, report.first_choice_forbidden) == (expected.tokens, expected.first_choice_forbidden)
+    assert math.isclose(report.mean_removed, expected.mean_removed, abs_tol=1e-4)
+    assert math.isclose(report.max_removed, expected.max_removed, abs_tol=1e-4)
+    assert 0.0 < report.mean_removed <= report.max_removed <= 1.0
+    assert quiet.outputs[-1].grammar_pressure is None
+    assert free.outputs[-1].grammar_pressure == GrammarPressure(6, 0.0, 0.0, 0)

@@ -70,7 +70,7 @@ def test_the_applier_reports_the_pressure_its_masks_exert(rows: int, vocab: int,
 
 def test_a_tally_reports_the_mean_the_largest_and_the_forbidden_count() -> None:
     tally = PressureTally()
-    for removed, forbidden in [(0.0, False), (0.5, True), (0.25, False)]:
-        tally.add(removed, forbidden)
+    for figures in [(0.0, 0.0), (0.5, 1.0), (0.25, 0.0)]:
+        tally.add(figures)
     report = tally.report()
     assert (report.tokens, report.mean_removed, report.max_removed, report.first_choice_forbidden) == (3, 0.25, 0.5, 1)

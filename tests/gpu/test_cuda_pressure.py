@@ -53,7 +53,8 @@ def test_the_kernel_reports_what_the_reference_computes_and_still_masks_exactly(
             gpu, stream, rows=None if chosen == "all" else picked, report_pressure=True
         )
 
-        got = reported.cpu()
+        torch.cuda.current_stream().synchronize()  # (the figures land in host memory on the stream)
+        got = reported.clone()
         assert torch.allclose(got[:, 0], expected[:, 0], atol=2e-4, rtol=0), (got.tolist(), expected.tolist())
         assert torch.equal(got[:, 1], expected[:, 1]), (got.tolist(), expected.tolist())
         assert same_bits(gpu, masked)
@@ -71,5 +72,25 @@ def test_steps_with_and_without_pressure_are_graphs_of_their_own(appliers: dict[
         reported = applier.apply(logits, stream, report_pressure=report)  # type: ignore[attr-defined]
         assert (reported is not None) == report
         if reported is not None:
-            assert reported.cpu().tolist() == [[1.0, 1.0]] * rows  # nothing allowed: all of it removed
+            torch.cuda.current_stream().synchronize()
+            assert reported.tolist() == [[1.0, 1.0]] * rows  # nothing allowed: all of it removed
     assert applier.captured_shapes == before + 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("vocab", [32001, 128256])  # rows 16-byte aligned or not: the two read paths
+@pytest.mark.parametrize("rows", [100, 300, 1200])  # fewer chunks per row as the rows grow, down to one
+def test_many_rows_are_reported_as_the_reference_computes(appliers: dict[int, object], vocab: int, rows: int) -> None:
+    from backend.kernels.cuda_masking import CudaBitmaskApplier
+
+    applier = appliers.get(vocab) or CudaBitmaskApplier(torch.device("cuda"), rows, vocab)
+    generator = torch.Generator().manual_seed(rows)
+    logits = (torch.randn((rows, vocab), generator=generator) * 3).to(torch.bfloat16)
+    mask = masks("random", rows, vocab, generator)
+    expected = pressure_of(logits, allowed_tokens(mask, vocab))
+    stream = torch.cuda.current_stream()
+    for _ in range(2):  # the second step finds the row counts the first left
+        applier.host_masks(rows).copy_(mask)  # type: ignore[attr-defined]
+        reported = applier.apply(logits.cuda(), stream.cuda_stream, report_pressure=True)  # type: ignore[attr-defined]
+        stream.synchronize()
+        assert torch.allclose(reported[:, 0], expected[:, 0], atol=2e-4, rtol=0)
+        assert torch.equal(reported[:, 1], expected[:, 1])
