@@ -17,18 +17,14 @@ import torch
 @dataclass(frozen=True)
 class StepPressure:
     """A step's figures (:func:`pressure_of`, ``[len(rows), 2]``) and the step's rows they belong to,
-    in that order: its constrained rows. From a GPU step the figures are in host memory that
-    ``stream`` fills."""
+    in that order: its constrained rows. From a GPU step the figures are in host memory that the
+    step's stream writes: read them after the step's tokens, whose read-back waited for it."""
 
     rows: list[int]
     figures: torch.Tensor
-    stream: torch.cuda.Stream | None = None
 
     def values(self) -> list[list[float]]:
-        """The figures, row by row (once the stream has passed the step: it has, after the step's
-        tokens were read back, and then this wait is free)."""
-        if self.stream is not None:
-            self.stream.synchronize()
+        """The figures, row by row."""
         return self.figures.cpu().numpy().tolist()  # type: ignore[no-any-return]  # (numpy's is faster)
 
 

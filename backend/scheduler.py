@@ -247,7 +247,9 @@ class Scheduler:
         constrained, pressure = self._constrain(step, logits, bool(asking)) if logits is not None else (0, None)
         masking_seconds = time.perf_counter() - masking_started if constrained else 0.0
         sampled = self._sample(rows)
-        self._tally_pressure(asking, pressure)
+        # (Sampling read the tokens back, so the stream has written the figures; with nothing sampled,
+        # every row ended and its tally is not read.)
+        self._tally_pressure(asking, pressure if sampled else None)
         self._compute_masks_ahead(sampled)  # the worker runs while the tokens are delivered, and the next pass
         for seq, token in sampled:
             self._advance(seq, token)
@@ -307,9 +309,7 @@ class Scheduler:
         figures = processor.mask(logits, ids, self._engine.stream_ptr, report_pressure=report_pressure)
         if figures is None:
             return constrained, None
-        stream = torch.cuda.current_stream(logits.device) if logits.is_cuda else None
-        rows = [row for row, seq_id in enumerate(ids) if seq_id is not None]
-        return constrained, StepPressure(rows, figures, stream)
+        return constrained, StepPressure([row for row, seq_id in enumerate(ids) if seq_id is not None], figures)
 
     def _admit(self, waiting: _Waiting) -> _Sequence | None:
         request, sink = waiting.request, waiting.sink

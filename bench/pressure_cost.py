@@ -81,7 +81,7 @@ def tally_seconds(applier: CudaBitmaskApplier, logits: torch.Tensor, steps: int)
         assert figures is not None
         torch.cuda.synchronize()  # (the step loop's read of its sampled tokens)
         started = time.perf_counter()
-        for tally, figure in zip(tallies, StepPressure(rows, figures, stream).values(), strict=True):
+        for tally, figure in zip(tallies, StepPressure(rows, figures).values(), strict=True):
             tally.add(figure)
         times.append(time.perf_counter() - started)
     return times

@@ -133,6 +133,12 @@ __device__ __forceinline__ bool allowed(const uint32_t* mask, int mask_words, in
     return word < mask_words && ((__ldg(mask + word) >> (token & 31)) & 1u);
 }
 
+// The mask bits of ``token`` and the tokens after it in its word, from bit 0.
+__device__ __forceinline__ uint32_t mask_bits(const uint32_t* mask, int mask_words, int token) {
+    const int word = token >> 5;
+    return word < mask_words ? __ldg(mask + word) >> (token & 31) : 0u;
+}
+
 __device__ __forceinline__ Partial empty_partial(int vocab) {
     Partial empty = {-CUDART_INF_F, 0.0f, -CUDART_INF_F, 0.0f, -CUDART_INF_F, vocab};
     return empty;
@@ -180,17 +186,23 @@ __device__ __forceinline__ void pressure_rows(T* const* rows, T* base, long long
     // 16-byte loads where the row allows them (a chunk starts on a whole mask word, so every run of
     // 16 bytes lies in one word); one token at a time otherwise and at the row's end.
     constexpr int per_load = 16 / sizeof(T);
+    const int stride = blockDim.x * per_load;
     int token = first + threadIdx.x * per_load;
     if ((reinterpret_cast<uintptr_t>(logits) & 15) == 0) {
-        for (; token + per_load <= end; token += blockDim.x * per_load) {
+        for (; token + stride + per_load <= end; token += 2 * stride) {  // two loads in flight
+            float x[per_load], y[per_load];
+            load_16_bytes(logits + token, x);
+            load_16_bytes(logits + token + stride, y);
+            add_run<per_load>(mine, x, mask_bits(mask, mask_words, token), token);
+            add_run<per_load>(mine, y, mask_bits(mask, mask_words, token + stride), token + stride);
+        }
+        for (; token + per_load <= end; token += stride) {
             float x[per_load];
             load_16_bytes(logits + token, x);
-            const int word = token >> 5;
-            const uint32_t bits = word < mask_words ? __ldg(mask + word) >> (token & 31) : 0u;
-            add_run<per_load>(mine, x, bits, token);
+            add_run<per_load>(mine, x, mask_bits(mask, mask_words, token), token);
         }
     }
-    for (; token < end; token += blockDim.x * per_load) {  // (the same runs, token by token, in order)
+    for (; token < end; token += stride) {  // (the same runs, token by token, in order)
         for (int one = token; one < min(token + per_load, end); ++one) {
             const float x = finite_or_minus_inf(static_cast<float>(logits[one]));
             add_run<1>(mine, &x, allowed(mask, mask_words, one) ? 1u : 0u, one);
