@@ -1,0 +1,116 @@
+"""``not`` among named values: served as the values it keeps where its schema can be judged, refused
+(naming it) elsewhere.
+
+The judge must agree with the ``jsonschema`` validator on drawn values; the compiled grammar must
+agree with the validator both ways on drawn instances (objects drawn with plain hypothesis
+strategies, and the named values themselves, so that some instances are valid).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
+from llgtriton.schema_not_within import Budget, holds, not_within_values
+from llgtriton.schema_values import NoExactComplement
+from tests.llgtriton.matching import assert_grammar_agrees, objects_in_order
+
+scalars = st.integers(-3, 3) | st.sampled_from([0.5, "a", "bar", "", True, None])
+lists = st.lists(scalars, max_size=3)
+objects = objects_in_order(["a", "aaa", "bar", "foo", "x1"], scalars | lists)
+values = scalars | lists | objects
+
+# Negated schemas llgtriton.schema_not has no complement for (objects and arrays read deeply).
+JUDGED = [
+    {"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 2}}},
+    {"patternProperties": {"b.*": False, "f.*": True}},
+    {
+        "additionalProperties": {"type": "integer"},
+        "patternProperties": {"f.o": {"minItems": 2}},
+        "properties": {"bar": {"type": "array"}, "foo": {"maxItems": 3, "type": "array"}},
+    },
+    {"$defs": {"s": {"type": "string"}}, "enum": [{"$ref": "#/$defs/s"}, {"a": 1}]},  # a $ref here is data
+    {"type": "object", "required": ["a"], "minProperties": 2},
+    {"items": {"type": ["integer", "null"]}, "maxItems": 2},
+    {
+        "anyOf": [
+            {"type": "object", "properties": {"a": {"const": "bar"}}},
+            {"oneOf": [{"type": "array"}, {"type": ["array", "string"], "maxItems": 2}]},
+        ]
+    },
+    {"not": {"additionalProperties": {"type": "string", "pattern": "^b"}}},
+    {"allOf": [{"maxProperties": 1}, {"properties": {"foo": {"enum": [1, 2, "a"]}}}]},
+]
+NAMED: list[Any] = [
+    {"a": "bar"},
+    {"a": 1},
+    {"aaa": 3, "a": 1},
+    {"bar": 2, "foo": 1},
+    {"foo": []},
+    {"foo": [1, 2]},
+    {"bar": [], "x1": 3},
+    {"$ref": "#/$defs/s"},
+    [1, None],
+    [1, 2, 3],
+    "a",
+    1,
+    None,
+]
+SCHEMAS: list[dict[str, Any]] = [
+    *({"allOf": [{"enum": NAMED}, {"not": negated}]} for negated in JUDGED),
+    {"enum": NAMED, "not": JUDGED[0]},  # the values and the not in one schema
+    {"allOf": [{"const": {"bar": 2, "foo": 1}}, {"type": "object", "not": JUDGED[1]}]},
+    {"type": "array", "items": {"enum": NAMED[:6], "not": JUDGED[2]}},  # deeper in the schema
+]
+
+
+@pytest.mark.parametrize("negated", JUDGED, ids=str)
+@settings(max_examples=150, deadline=None)
+@given(value=values | st.sampled_from(NAMED))
+def test_the_judge_agrees_with_the_validator(negated: dict[str, Any], value: Any) -> None:
+    expected = jsonschema.Draft202012Validator(negated).is_valid(value)
+    assert holds(value, negated, Budget()) == expected
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=str)
+@settings(max_examples=120, deadline=None)
+@given(instance=values | st.sampled_from(NAMED) | st.lists(st.sampled_from(NAMED[:6]), max_size=2))
+def test_a_not_among_named_values_keeps_the_values_it_rejects(schema: dict[str, Any], instance: Any) -> None:
+    assert_grammar_agrees(schema, instance)
+
+
+def test_no_value_kept_is_a_schema_of_nothing() -> None:
+    schema = {"allOf": [{"const": {"a": 1}}, {"not": {"patternProperties": {"a": {"type": "integer"}}}}]}
+    assert not_within_values(schema)["allOf"][1] == {"allOf": [False]}
+
+
+REFUSED = [
+    {"not": {"patternProperties": {"a": {"type": "integer"}}}},  # no named values around
+    {"allOf": [{"enum": NAMED}, {"not": {"$ref": "#/$defs/s"}}], "$defs": {"s": {"type": "string"}}},
+    {"allOf": [{"enum": ["a", "b"]}, {"not": {"type": "string", "format": "email", "pattern": "a"}}]},
+    {"allOf": [{"enum": [[1, 2]]}, {"not": {"items": [{"type": "integer"}], "pattern": "a"}}]},  # a tuple
+    {"allOf": [{"enum": [{"a": 1}]}, {"not": {"propertyNames": {"pattern": "a"}, "pattern": "a"}}]},
+]
+
+
+@pytest.mark.parametrize("schema", REFUSED, ids=str)
+def test_a_not_that_cannot_be_judged_is_refused_naming_it(schema: dict[str, Any]) -> None:
+    with pytest.raises(GuideError, match="not"):
+        check_grammar(json_schema_grammar(schema))
+
+
+def test_the_judging_is_bounded() -> None:
+    budget = Budget(left=[3])
+    with pytest.raises(NoExactComplement):
+        holds({"a": [1, 2, 3]}, {"properties": {"a": {"items": {"type": "integer"}}}}, budget)
+
+
+def test_the_rewrite_leaves_the_callers_schema_alone() -> None:
+    schema: dict[str, Any] = SCHEMAS[0]
+    rewritten = not_within_values(schema)
+    assert "not" in schema["allOf"][1] and "not" not in rewritten["allOf"][1]
