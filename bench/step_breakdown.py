@@ -8,7 +8,9 @@ schema of its own per request from JSONSchemaBench (``own``, compiled as they ar
 alternating order over ``--rounds`` rounds; ``--kinds pressed`` runs the shared schema with every
 request asking for its grammar pressure (what reporting it costs). ``--switch-intervals`` runs each
 kind under each of Python's thread switch intervals (``sys.setswitchinterval``), alternating too: how
-long the mask worker waits for the GIL while the step loop runs Python.
+long the mask worker waits for the GIL while the step loop runs Python. ``--hand-off off on`` runs
+each kind without and with the step loop waiting for the mask worker to start once it is handed a
+step (``worker.start_delay`` is how long the worker waited to start).
 
 Per cell it reports tokens/s, TBT and TTFT p50, the step loop's milliseconds per step in each of
 its phases (the forward pass lands in whichever phase first waits for the GPU), and the mask
@@ -86,15 +88,37 @@ class Parts:
         return totals
 
 
-def instrument(processor: GuidanceLogitsProcessor, parts: Parts) -> None:
+def instrument(processor: GuidanceLogitsProcessor, parts: Parts, hand_off: threading.Event) -> None:
     """Time the processor's parts in place (this process only): llguidance's calls as the worker and
-    the step loop make them, and the applier's launch."""
+    the step loop make them, and the applier's launch. While ``hand_off`` is set, the step loop waits
+    for the worker to start after handing it a step (an experiment: the wait lets the worker take
+    the GIL at once)."""
     import llguidance.numpy
 
     for name in ("consume_token_par", "fill_next_token_bitmask_par"):
         setattr(llguidance.numpy, name, parts.timed(f"llguidance.{name}", getattr(llguidance.numpy, name)))
     for name in ("_compute_ahead", "_wait_for_prefetch", "_fill", "mask"):
         setattr(processor, name, parts.timed(f"processor.{name}", getattr(processor, name)))
+    # How long the worker waits, after the step loop hands it a step, before it runs (for the GIL,
+    # which the step loop's thread holds while it delivers the tokens).
+    handed = [0.0]
+    started = threading.Event()
+    prefetch, compute_ahead = processor.prefetch, processor._compute_ahead
+
+    def handing(*args: Any, **kwargs: Any) -> None:
+        started.clear()
+        handed[0] = time.perf_counter()
+        prefetch(*args, **kwargs)
+        if hand_off.is_set() and processor._prefetched is not None:
+            started.wait(0.005)
+
+    def starting(*args: Any, **kwargs: Any) -> None:
+        parts.add("worker.start_delay", time.perf_counter() - handed[0])
+        started.set()
+        compute_ahead(*args, **kwargs)
+
+    processor.prefetch = handing  # type: ignore[method-assign]
+    processor._compute_ahead = starting  # type: ignore[method-assign]
     applier = processor._applier  # a benchmark's instrument
     applier.apply = parts.timed("applier.apply", applier.apply)  # type: ignore[method-assign]
 
@@ -139,6 +163,7 @@ class Bench:
     parts: Parts
     tokenizer: Any
     vocab: int
+    hand_off: threading.Event
 
 
 def build(arguments: argparse.Namespace) -> Bench:
@@ -174,9 +199,10 @@ def build(arguments: argparse.Namespace) -> Bench:
     )
     parts = Parts()
     phases = PhaseTimer(scheduler, engine)
-    instrument(processor, parts)
+    hand_off = threading.Event()
+    instrument(processor, parts, hand_off)
     scheduler.start()
-    return Bench(scheduler, processor, phases, parts, tokenizer, engine.vocab_size)
+    return Bench(scheduler, processor, phases, parts, tokenizer, engine.vocab_size, hand_off)
 
 
 @dataclass(frozen=True)
@@ -284,6 +310,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="seconds; each kind runs under each (default: Python's own, 0.005)",
     )
+    parser.add_argument(
+        "--hand-off",
+        nargs="+",
+        choices=("off", "on"),
+        default=["off"],
+        help="each kind runs with each: 'on' makes the step loop wait for the mask worker to start",
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="step_breakdown")
@@ -313,17 +346,27 @@ def main(argv: Sequence[str] | None = None) -> None:
         "cells": {},
     }
     intervals: list[float | None] = list(arguments.switch_intervals or [None])
-    variants = [(kind, interval) for interval in intervals for kind in arguments.kinds]
+    variants = [
+        (kind, interval, hand_off)
+        for hand_off in arguments.hand_off
+        for interval in intervals
+        for kind in arguments.kinds
+    ]
     default_interval = sys.getswitchinterval()
     offset = 0
     for clients in arguments.clients:
         for round_index in range(arguments.rounds):
-            for kind, interval in variants if round_index % 2 == 0 else variants[::-1]:
+            for kind, interval, hand_off in variants if round_index % 2 == 0 else variants[::-1]:
                 sys.setswitchinterval(default_interval if interval is None else interval)
+                if hand_off == "on":
+                    bench.hand_off.set()
+                else:
+                    bench.hand_off.clear()
                 make = requests.maker(kind, offset)
                 cell = measure(bench, make, kind, clients, arguments.requests_per_client)
                 offset += clients * arguments.requests_per_client
                 name = f"{clients}/{kind}" if interval is None else f"{clients}/{kind}@{interval * 1000:g}ms"
+                name += "+hand-off" if hand_off == "on" else ""
                 report["cells"].setdefault(name, []).append(cell)
                 logger.info("%d clients, %s: %s", clients, name, json.dumps(cell))
                 write_report(arguments.out / f"{arguments.name}.json", report)  # a run cut short keeps its cells
