@@ -31,6 +31,7 @@ from llgtriton.schema_one_of_cases import one_of_as_cases
 from llgtriton.schema_property_names import property_names_written_out
 from llgtriton.schema_ref_siblings import ref_siblings_ignored
 from llgtriton.schema_refs import stray_refs_into_defs
+from llgtriton.schema_root_ref import root_ref_into_defs
 from llgtriton.structural_tags import StructuralTag
 from llgtriton.wire import GuideType
 
@@ -231,7 +232,7 @@ def _exact_schema(schema: Any) -> tuple[dict[str, Any], JsonCompileOptions]:
     if not isinstance(schema, dict):
         raise GuideError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
     schema_depth(schema)
-    schema = stray_refs_into_defs(schema)
+    schema = stray_refs_into_defs(root_ref_into_defs(schema))
     schema = annotations_only(schema, lambda name: logger.info("format %r is an annotation, not asserted", name))
     schema = property_names_written_out(ref_siblings_ignored(schema))
     schema = not_within_values(not_as_complement(dependencies_as_any_of(schema)))

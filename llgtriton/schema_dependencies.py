@@ -32,8 +32,8 @@ def _rewrite(node: dict[str, Any]) -> dict[str, Any]:
             if case is None:
                 return node  # not a form this can rewrite: llguidance names the keyword
             cases.append(case)
-    if not cases:
-        return node
+    if not cases:  # an empty dependency map asserts nothing (llguidance refuses the keyword all the same)
+        return {key: value for key, value in node.items() if not (key in _KEYWORDS and value == {})}
     earlier = node.get("allOf", [])
     if not isinstance(earlier, list):
         return node

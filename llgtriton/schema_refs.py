@@ -1,4 +1,5 @@
-"""Local ``$ref``s that point outside the schema keywords, moved into ``$defs`` so that the rewrites see them.
+"""Local ``$ref``s that point outside the schema keywords, or into a keyword a rewrite replaces, moved into
+``$defs`` so that the rewrites see them, and keep seeing them.
 
 A ``$ref`` may name any location of the document, such as a root key of the schema's own
 (``{"$ref": "#/colorString"}`` beside ``"colorString": {...}``). The rewrites walk only the
@@ -8,6 +9,10 @@ never rewritten, while llguidance, which follows the ``$ref``, read it as it was
 point at the copy (one copy of a place, however its ``$ref``s spell it, and at most
 :data:`MAX_COPIED_BYTES` of copies, past which the schema is left as it was); the document otherwise
 stays as it is, so the schema means the same.
+
+A ``$ref`` into a keyword that a rewrite replaces (``{"$ref": "#/allOf/1/not/not"}``: a ``not`` becomes
+its complement, a ``oneOf`` its cases) would point at nothing after it; its target is copied the same
+way, before any rewrite, so that it names the schema it named.
 """
 
 from __future__ import annotations
@@ -19,6 +24,12 @@ from typing import Any
 from llgtriton.json_schemas import local_target, placed_subschemas, pointer_parts, rewritten, subschemas
 
 _NAME = "llgtriton-ref-{}"
+# Keywords whose schemas the rewrites replace or move (schema_not, schema_not_within, schema_one_of_cases,
+# schema_dependencies, schema_property_names): a $ref through one of them is moved to a copy. A property
+# of one of these names is copied too, needlessly but exactly.
+_REWRITTEN = frozenset(
+    {"not", "oneOf", "if", "then", "else", "dependencies", "dependentSchemas", "dependentRequired", "propertyNames"}
+)
 # The copies may add at most this many bytes to the schema, so that a request cannot make a schema many
 # times its own size (a $ref to every level of a deep target copies each level).
 MAX_COPIED_BYTES = 1 << 20
@@ -43,7 +54,8 @@ def stray_refs_into_defs(schema: Any) -> Any:
                 continue
             path = pointer_parts(ref)
             target = local_target(schema, ref)
-            if path is None or path in places or not isinstance(target, dict | bool):
+            kept_in_place = path in places and not _REWRITTEN.intersection(path or ())
+            if path is None or kept_in_place or not isinstance(target, dict | bool):
                 continue
             if path not in named:
                 copied_bytes += len(json.dumps(target))

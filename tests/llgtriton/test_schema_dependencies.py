@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llgtriton.guides import check_grammar, json_schema_grammar
+from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
 from llgtriton.schema_dependencies import dependencies_as_any_of
 from tests.llgtriton.matching import assert_grammar_agrees, objects_in_order
 
@@ -59,3 +60,24 @@ def test_the_rewrite_leaves_the_callers_schema_and_other_keywords_alone() -> Non
     assert "dependencies" in DRAFT7_BOTH_FORMS and "dependencies" not in rewritten
     assert rewritten["properties"] == PROPERTIES and len(rewritten["allOf"]) == 2
     check_grammar(json_schema_grammar(DRAFT7_BOTH_FORMS))  # was refused: "Unimplemented keys: dependencies"
+
+
+# An empty dependency map asserts nothing; llguidance refused the keyword all the same.
+EMPTY_DEPENDENCIES: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "properties": {"card": {"type": "integer"}},
+    "dependencies": {},
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(instance=objects_in_order(["card", "other"], st.one_of(st.integers(-3, 3), st.text(max_size=2))))
+def test_an_empty_dependency_map_is_dropped(instance: dict[str, Any]) -> None:
+    assert_grammar_agrees(EMPTY_DEPENDENCIES, instance)
+
+
+def test_a_dependency_without_an_exact_case_is_still_refused_naming_the_keyword() -> None:
+    schema = {"type": "object", "dependencies": {"a": 3}}  # neither names nor a schema: nothing to rewrite
+    with pytest.raises(GuideError, match="dependencies"):
+        check_grammar(json_schema_grammar(schema))

@@ -73,3 +73,26 @@ def test_copies_past_the_bound_leave_the_schema_as_it_was() -> None:
     moved = stray_refs_into_defs(schema)
     left_alone = "$defs" not in moved and moved["properties"]["0"] == {"$ref": "#/kept"}
     assert left_alone  # (a flag: pytest's account of a failure would print the large schema)
+
+
+# A $ref into a `not` that the rewrites replace (not-not-X becomes X): it must still name X after that.
+INTO_A_NOT: dict[str, Any] = {
+    "allOf": [
+        {"enum": [{"foo": False}, {"foo": {"foo": 1}}, {"foo": {"foo": {}}}, {"bar": 1}, 3]},
+        {"not": {"not": {"additionalProperties": False, "properties": {"foo": {"$ref": "#/allOf/1/not/not"}}}}},
+    ]
+}
+NAMED = [{"foo": False}, {"foo": {"foo": 1}}, {"foo": {"foo": {}}}, {"bar": 1}, 3, {}, {"foo": []}]
+
+
+@settings(max_examples=30, deadline=None)
+@given(instance=st.sampled_from(NAMED))
+def test_a_ref_into_a_rewritten_not_names_the_same_schema(instance: Any) -> None:
+    assert_grammar_agrees(INTO_A_NOT, instance)
+
+
+def test_a_ref_into_a_not_points_at_a_copy() -> None:
+    moved = stray_refs_into_defs(INTO_A_NOT)
+    copy = moved["$defs"]["llgtriton-ref-0"]
+    assert copy["properties"]["foo"] == {"$ref": "#/$defs/llgtriton-ref-0"}  # the copy refers to itself
+    assert INTO_A_NOT["allOf"][1]["not"]["not"]["properties"]["foo"] == {"$ref": "#/allOf/1/not/not"}
