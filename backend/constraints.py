@@ -9,7 +9,9 @@ to end that request with an error.
 The tokens reach the matchers ahead of the masks. The torch engine's step loop knows them
 before its next forward pass and calls :meth:`~GuidanceLogitsProcessor.prefetch`: they are
 consumed and the next masks computed on a worker thread while the forward pass runs, and
-``mask`` only applies them. TensorRT-LLM's batched hook (one tensor and one whole token list per
+``mask`` only applies them. (With ``masks_on_worker`` off, ``mask`` computes them itself, on the
+step loop's thread, once the forward pass is queued: an experiment of issue 51, measured with
+``bench.step_breakdown --masks-on``.) TensorRT-LLM's batched hook (one tensor and one whole token list per
 request) adapts at its edge, ``backend/trtllm/hooks.py``, through
 :meth:`~GuidanceLogitsProcessor.consume`.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +125,20 @@ class GrammarCache:
                 self._bytes -= len(grammar)
 
 
+class _OnWaiter:
+    """A step's masks computed by the thread that first waits for them, as a future of the worker's
+    would be: the step loop asks for them right after queueing the forward pass, so on a GPU they
+    are computed while it runs, with no other thread to share the GIL with."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self._work: Callable[[], None] | None = work
+
+    def result(self) -> None:
+        work, self._work = self._work, None
+        if work is not None:
+            work()
+
+
 @dataclass(eq=False)
 class _MatcherState:
     matcher: LLMatcher
@@ -139,7 +155,10 @@ class GuidanceLogitsProcessor:
         *,
         applier: BitmaskApplier | None = None,
         mask_threads: int | None = None,
+        masks_on_worker: bool = True,
     ) -> None:
+        """``masks_on_worker=False`` computes each step's masks on the thread that waits for them
+        instead of on a worker thread ahead of time (see :meth:`prefetch`)."""
         if tokenizer.vocab_size != vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, logits have {vocab_size}")
         self._tokenizer = tokenizer
@@ -149,7 +168,8 @@ class GuidanceLogitsProcessor:
         self._applier = applier or CpuBitmaskApplier(vocab_size, max_batch_size)
         self._eos_only = torch.zeros((vocab_size + 31) // 32, dtype=torch.int32)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llgtriton-masks")
-        self._prefetched: tuple[tuple[int, ...], Future[None]] | None = None
+        self.masks_on_worker = masks_on_worker
+        self._prefetched: tuple[tuple[int, ...], Future[None] | _OnWaiter] | None = None
         for token in tokenizer.eos_tokens:
             self._eos_only[token >> 5] |= 1 << (token & 31)
 
@@ -181,12 +201,16 @@ class GuidanceLogitsProcessor:
         self._states.pop(client_id, None)
 
     def prefetch(self, client_ids: Sequence[int], tokens: Sequence[int]) -> None:
-        """Consume each request's newest token and compute the next masks on the worker thread."""
+        """Consume each request's newest token and compute the next masks: on the worker thread, or
+        (``masks_on_worker`` off) on the thread that next waits for them."""
         self._wait_for_prefetch()
         pairs = [(cid, token) for cid, token in zip(client_ids, tokens, strict=True) if cid in self._states]
         if pairs:
             ids = tuple(cid for cid, _ in pairs)
-            self._prefetched = (ids, self._worker.submit(self._compute_ahead, pairs))
+            if self.masks_on_worker:
+                self._prefetched = (ids, self._worker.submit(self._compute_ahead, pairs))
+            else:
+                self._prefetched = (ids, _OnWaiter(lambda: self._compute_ahead(pairs)))
 
     def _compute_ahead(self, pairs: list[tuple[int, int]]) -> None:
         """Consume and compute in parallel with the GIL released: the step loop's thread keeps running."""

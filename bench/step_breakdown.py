@@ -10,7 +10,9 @@ request asking for its grammar pressure (what reporting it costs). ``--switch-in
 kind under each of Python's thread switch intervals (``sys.setswitchinterval``), alternating too: how
 long the mask worker waits for the GIL while the step loop runs Python. ``--hand-off off on`` runs
 each kind without and with the step loop waiting for the mask worker to start once it is handed a
-step (``worker.start_delay`` is how long the worker waited to start).
+step (``worker.start_delay`` is how long the worker waited to start). ``--masks-on worker step-loop``
+runs each kind with a step's masks computed on the worker ahead of time and on the step loop's
+thread when it asks for them (after queueing the forward pass).
 
 Per cell it reports tokens/s, TBT and TTFT p50, the step loop's milliseconds per step in each of
 its phases (the forward pass lands in whichever phase first waits for the GPU), and the mask
@@ -287,7 +289,7 @@ def pressure_summary(sinks: list[RecordingSink]) -> dict[str, Any]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--requests-per-client", type=int, default=3)
@@ -317,10 +319,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=["off"],
         help="each kind runs with each: 'on' makes the step loop wait for the mask worker to start",
     )
+    parser.add_argument(
+        "--masks-on",
+        nargs="+",
+        choices=("worker", "step-loop"),
+        default=["worker"],
+        help="each kind runs with each: where a step's masks are computed (the processor's masks_on_worker)",
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="step_breakdown")
-    arguments = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    arguments = parse_arguments(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     bench = build(arguments)
@@ -347,7 +360,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     intervals: list[float | None] = list(arguments.switch_intervals or [None])
     variants = [
-        (kind, interval, hand_off)
+        (kind, interval, hand_off, masks_on)
+        for masks_on in arguments.masks_on
         for hand_off in arguments.hand_off
         for interval in intervals
         for kind in arguments.kinds
@@ -356,8 +370,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     offset = 0
     for clients in arguments.clients:
         for round_index in range(arguments.rounds):
-            for kind, interval, hand_off in variants if round_index % 2 == 0 else variants[::-1]:
+            for kind, interval, hand_off, masks_on in variants if round_index % 2 == 0 else variants[::-1]:
                 sys.setswitchinterval(default_interval if interval is None else interval)
+                bench.processor.masks_on_worker = masks_on == "worker"
                 if hand_off == "on":
                     bench.hand_off.set()
                 else:
@@ -367,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 offset += clients * arguments.requests_per_client
                 name = f"{clients}/{kind}" if interval is None else f"{clients}/{kind}@{interval * 1000:g}ms"
                 name += "+hand-off" if hand_off == "on" else ""
+                name += "+masks-on-step-loop" if masks_on == "step-loop" else ""
                 report["cells"].setdefault(name, []).append(cell)
                 logger.info("%d clients, %s: %s", clients, name, json.dumps(cell))
                 write_report(arguments.out / f"{arguments.name}.json", report)  # a run cut short keeps its cells

@@ -439,3 +439,24 @@ def test_a_request_in_a_mixed_batch_reports_the_pressure_it_reports_alone(
     assert 0.0 < report.mean_removed <= report.max_removed <= 1.0
     assert quiet.outputs[-1].grammar_pressure is None
     assert free.outputs[-1].grammar_pressure == GrammarPressure(6, 0.0, 0.0, 0)
+
+
+def test_masks_computed_when_the_step_asks_give_the_outputs_the_worker_gives(
+    scheduler: Scheduler, guidance: Guidance, loaded_model: Any
+) -> None:
+    prompts = [chat(loaded_model, f"Give me JSON for a person named {name}.") for name in ("Ann", "Bob", "Cyd")]
+    schema = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
+
+    def outputs() -> list[str]:
+        requests = [EngineRequest(f"p{i}", prompt, 40, GREEDY, grammar=schema) for i, prompt in enumerate(prompts)]
+        return [sink.text for sink in generate(scheduler, *requests)]
+
+    on_worker = outputs()
+    guidance.processor.masks_on_worker = False
+    try:
+        on_step_loop = outputs()
+    finally:
+        guidance.processor.masks_on_worker = True
+    assert on_step_loop == on_worker
+    for text in on_step_loop:
+        jsonschema.validate(json.loads(text), PERSON)
