@@ -3,8 +3,8 @@ distribution (temperature 1, before any bias or penalty), and whether it removed
 choice.
 
 This is the CPU path and the reference; on the GPU the mask applier computes the same in one read of
-each row before the mask (``backend/kernels/grammar_pressure.cu``) and copies the figures to pinned
-host memory on the step's stream. Either way the step loop reads them after the step's tokens.
+each row before the mask (``backend/kernels/grammar_pressure.cu``) and writes the figures into mapped
+host memory. Either way the step loop reads them after the step's tokens.
 """
 
 from __future__ import annotations
