@@ -127,19 +127,13 @@ class CudaBitmaskApplier:
 
     def _load(self, cubin: bytes) -> dict[Kernel, _void_p]:
         """Load the compiled module (kept: its functions live as long as it does); look its kernels up."""
-        module = _void_p()
-        self._driver.check(self._driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
-        self._module = module
+        self._module = self._driver.load_module(cubin)
         self._named: dict[str, _void_p] = {}  # kernels run_named looked up
         functions = {kernel: self.function(kernel.name) for kernel in KERNELS}
-        self._resident_blocks: dict[Kernel, int] = {}  # blocks of each scan kernel all SMs hold at once
-        for kernel in SCAN_KERNELS:
-            per_sm = ctypes.c_int()
-            result = self._driver.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                ctypes.byref(per_sm), functions[kernel], self._chunk_threads, 0
-            )
-            self._driver.check(result, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-            self._resident_blocks[kernel] = max(1, per_sm.value) * self._sms
+        self._resident_blocks = {  # blocks of each scan kernel all SMs hold at once
+            kernel: self._driver.blocks_per_sm(functions[kernel], self._chunk_threads) * self._sms
+            for kernel in SCAN_KERNELS
+        }
         flat = {kernel.name: functions[kernel] for kernel in FLAT_KERNELS}
         bound = min(self._attribute(flat, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK).values())
         if self._flat_threads > bound:
@@ -151,10 +145,7 @@ class CudaBitmaskApplier:
 
     def function(self, name: str) -> _void_p:
         """The compiled module's kernel ``name`` (benchmarks look up kernels of their own builds so)."""
-        function = _void_p()
-        result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), self._module, name.encode())
-        self._driver.check(result, f"cuModuleGetFunction({name})")
-        return function
+        return self._driver.function(self._module, name)
 
     def registers(self) -> dict[str, int]:
         """Registers per thread of each kernel, by name (they bound how many blocks an SM holds at once)."""

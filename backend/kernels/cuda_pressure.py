@@ -27,14 +27,13 @@ class PressureKernel:
 
     def __init__(self, driver: Driver, cubin: bytes, sms: int) -> None:
         self._driver = driver
-        self._sms = sms
-        module = _void_p()
-        driver.check(driver.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
-        self._module = module  # (kept: its functions live as long as it does)
-        self._functions = {dtype: self._function(name) for dtype, name in _NAMES.items()}
+        self._module = driver.load_module(cubin)  # (kept: its functions live as long as it does)
+        self._functions = {dtype: driver.function(self._module, name) for dtype, name in _NAMES.items()}
         # Blocks all SMs hold at once: a step's rows get as many chunks as fill one wave of them (a
         # second, part-filled wave would cost as long as the first).
-        self._resident = {dtype: self._resident_blocks(function) for dtype, function in self._functions.items()}
+        self._resident = {
+            dtype: driver.blocks_per_sm(function, _THREADS) * sms for dtype, function in self._functions.items()
+        }
         # The launch's own parameters, after the mask kernels' seven: where the chunks' partial
         # results go, how many chunks, each row's count of finished chunks, the figures.
         self._parts = ctypes.c_uint64(0)
@@ -46,20 +45,6 @@ class PressureKernel:
         self._buffers: tuple[torch.Tensor, ...] = ()
         self._host = torch.empty((0, 2))
         self._mapped: object = None
-
-    def _function(self, name: str) -> _void_p:
-        function = _void_p()
-        result = self._driver.lib.cuModuleGetFunction(ctypes.byref(function), self._module, name.encode())
-        self._driver.check(result, f"cuModuleGetFunction({name})")
-        return function
-
-    def _resident_blocks(self, function: _void_p) -> int:
-        per_sm = ctypes.c_int()
-        result = self._driver.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            ctypes.byref(per_sm), function, _THREADS, 0
-        )
-        self._driver.check(result, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-        return max(1, per_sm.value) * self._sms
 
     @staticmethod
     def compile(arch: str) -> bytes:

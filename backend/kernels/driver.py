@@ -58,6 +58,27 @@ class Driver:
         if result != 0:
             raise RuntimeError(f"{call} failed with CUDA driver error {result}")
 
+    def load_module(self, cubin: bytes) -> _void_p:
+        """A compiled module, loaded into the current context (keep it: its functions live as long as it does)."""
+        module = _void_p()
+        self.check(self.lib.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
+        return module
+
+    def function(self, module: _void_p, name: str) -> _void_p:
+        """``module``'s kernel ``name``."""
+        function = _void_p()
+        self.check(
+            self.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()), f"cuModuleGetFunction({name})"
+        )
+        return function
+
+    def blocks_per_sm(self, function: _void_p, threads: int) -> int:
+        """How many blocks of ``threads`` threads of ``function`` an SM holds at once (at least 1)."""
+        per_sm = ctypes.c_int()
+        result = self.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), function, threads, 0)
+        self.check(result, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        return max(1, per_sm.value)
+
     def current_context(self) -> int | None:
         context = _void_p()
         self.check(self.lib.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
