@@ -53,6 +53,16 @@ def placed_subschemas(schema: Any) -> Iterator[tuple[tuple[str, ...], Any]]:
             yield (key,), value
 
 
+def refs(schema: Any) -> Iterator[Any]:
+    """Every ``$ref`` value of ``schema`` and of the schemas inside it (not through the ``$ref``s), of any type."""
+    if not isinstance(schema, dict):
+        return
+    if "$ref" in schema:
+        yield schema["$ref"]
+    for inner in subschemas(schema):
+        yield from refs(inner)
+
+
 def pointer_parts(ref: str) -> tuple[str, ...] | None:
     """The decoded parts of a local JSON pointer (``#/...``; ``#`` is the root, and so is a ``#name``
     anchor, which this does not resolve); None for a ``$ref`` to another document."""

@@ -16,7 +16,6 @@ spends a bounded budget (:data:`MAX_STEPS`), past which the ``not`` is left as i
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from llgtriton.json_schemas import ANNOTATIONS, named_values, rewritten
@@ -36,15 +35,15 @@ _INERT = ANNOTATIONS | {"$defs", "definitions", "$schema"}
 _KNOWN = JUDGED | _OBJECT | _ARRAY | _LOGIC | _INERT
 
 
-@dataclass(frozen=True)
 class Budget:
-    """The judging steps left to one rewrite (a list, so that the frozen budget can be spent)."""
+    """The judging steps left to one rewrite."""
 
-    left: list[int] = field(default_factory=lambda: [MAX_STEPS])
+    def __init__(self, steps: int = MAX_STEPS) -> None:
+        self._left = steps
 
     def spend(self, steps: int) -> None:
-        self.left[0] -= steps
-        if self.left[0] < 0:
+        self._left -= steps
+        if self._left < 0:
             raise NoExactComplement
 
 

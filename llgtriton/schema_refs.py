@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from llgtriton.json_schemas import local_target, placed_subschemas, pointer_parts, rewritten, subschemas
+from llgtriton.json_schemas import local_target, placed_subschemas, pointer_parts, refs, rewritten
 
 _NAME = "llgtriton-ref-{}"
 # Keywords whose schemas the rewrites replace or move (schema_not, schema_not_within, schema_one_of_cases,
@@ -49,7 +49,7 @@ def stray_refs_into_defs(schema: Any) -> Any:
     copied_bytes = 0
     waiting = [schema]
     while waiting:
-        for ref in _refs(waiting.pop()):
+        for ref in _local_refs(waiting.pop()):
             if ref in moved:
                 continue
             path = pointer_parts(ref)
@@ -84,12 +84,6 @@ def _schema_paths(node: Any, path: Path) -> Iterator[Path]:
         yield from _schema_paths(inner, (*path, *place))
 
 
-def _refs(node: Any) -> Iterator[str]:
+def _local_refs(node: Any) -> Iterator[str]:
     """The local ``$ref``s of ``node`` and of the schemas inside it."""
-    if not isinstance(node, dict):
-        return
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#"):
-        yield ref
-    for inner in subschemas(node):
-        yield from _refs(inner)
+    return (ref for ref in refs(node) if isinstance(ref, str) and ref.startswith("#"))

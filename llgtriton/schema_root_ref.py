@@ -16,10 +16,9 @@ declares an ``$id`` or ``id`` of its own (``#`` would then be that schema), and 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-from llgtriton.json_schemas import pointer_parts, rewritten, subschemas
+from llgtriton.json_schemas import pointer_parts, refs, rewritten, subschemas
 
 ROOT_NAME = "llgtriton-root"
 _ROOT_REF = f"#/$defs/{ROOT_NAME}"
@@ -34,8 +33,10 @@ def root_ref_into_defs(schema: Any) -> Any:
         return schema
     if ROOT_NAME in schema.get("$defs", {}):
         return schema
-    refs = list(_refs(schema))
-    if "#" not in refs or not all(isinstance(ref, str) and (ref == "#" or ref.startswith("#/")) for ref in refs):
+    every_ref = list(refs(schema))
+    if "#" not in every_ref or not all(
+        isinstance(ref, str) and (ref == "#" or ref.startswith("#/")) for ref in every_ref
+    ):
         return schema
     if _UNSURE.intersection(schema) or any(_unsure(inner) for inner in subschemas(schema)):
         return schema
@@ -50,16 +51,6 @@ def root_ref_into_defs(schema: Any) -> Any:
     body = {key: value for key, value in moved.items() if key not in _STAY_AT_ROOT}
     kept = {key: value for key, value in moved.items() if key in _STAY_AT_ROOT}
     return {**kept, "$ref": _ROOT_REF, "$defs": {**moved.get("$defs", {}), ROOT_NAME: body}}
-
-
-def _refs(node: Any) -> Iterator[Any]:
-    """Every ``$ref`` of ``node`` and of the schemas inside it, whatever its type."""
-    if not isinstance(node, dict):
-        return
-    if "$ref" in node:
-        yield node["$ref"]
-    for inner in subschemas(node):
-        yield from _refs(inner)
 
 
 def _unsure(node: Any) -> bool:

@@ -105,7 +105,7 @@ def test_a_not_that_cannot_be_judged_is_refused_naming_it(schema: dict[str, Any]
 
 
 def test_the_judging_is_bounded() -> None:
-    budget = Budget(left=[3])
+    budget = Budget(3)
     with pytest.raises(NoExactComplement):
         holds({"a": [1, 2, 3]}, {"properties": {"a": {"items": {"type": "integer"}}}}, budget)
 
