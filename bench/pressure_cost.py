@@ -25,10 +25,10 @@ import torch
 from backend.grammar_pressure import StepPressure
 from backend.kernels.cuda_masking import CudaBitmaskApplier
 from backend.output_stream import PressureTally
+from bench.mask_kernel import DTYPES
 from bench.reports import host_cpu, write_report
 
 logger = logging.getLogger("bench.pressure_cost")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def json_like_masks(rows: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
