@@ -52,6 +52,7 @@ from backend.core_server import (
     Reply,
     Status,
     Submit,
+    reply_from_wire,
     run_core,
 )
 from backend.errors import Unavailable, error_of_kind
@@ -284,7 +285,7 @@ class CoreProcess:
                     self._load = (item.running, item.waiting)
                     self._counters.set_totals(self._earlier + item.totals)
                 else:
-                    self._deliver(item)
+                    self._deliver(reply_from_wire(item))
 
     def _deliver(self, reply: Reply) -> None:
         with self._lock:

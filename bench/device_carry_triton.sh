@@ -5,7 +5,7 @@
 #   - tritonserver, its libraries and the Python 3.12 backend stub from the installed nvidia-pytriton
 #     (the libpython 3.13 it bundles and the other stubs are left out, to fit the 64 MiB carry);
 #   - numpy 1.26 (the stub corrupts BYTES tensors under numpy 2, see docs/architecture.md);
-#   - the proxy's, the OpenAI client's and jsonschema's wheels, for CPython 3.12.
+#   - the proxy's (psycopg for its Responses store), the OpenAI client's and jsonschema's wheels.
 set -euo pipefail
 BIN=${BIN:-.venv/bin}
 OUT=device_carry/triton
@@ -18,7 +18,7 @@ mkdir -p "$OUT" "$STAGE/wheels" "$STAGE/site"
     numpy==1.26.4 grpcio protobuf tritonclient python-rapidjson starlette uvicorn httptools click h11 \
     prometheus-client pyyaml anyio sniffio idna urllib3 certifi openai jiter distro httpx httpcore \
     httpx2 httpcore2 annotated-doc tqdm \
-    jsonschema jsonschema-specifications referencing rpds-py attrs truststore
+    jsonschema jsonschema-specifications referencing rpds-py attrs truststore psycopg psycopg-binary psycopg-pool
 for wheel in "$STAGE"/wheels/*.whl; do
     (cd "$STAGE/site" && unzip -qo "$wheel")
 done
