@@ -227,11 +227,6 @@ def _schemas(root: Any) -> Iterator[dict[str, Any]]:
         pending.extend(subschemas(node))
 
 
-def resolved(root: Any, schema: Any) -> Any:
-    """``schema`` with its local ``$ref``s into ``root`` followed (None for one that cannot be)."""
-    return _resolve(root, schema)
-
-
 def _resolve(root: Any, schema: Any) -> Any:
     """``schema`` with its local ``$ref``s followed (None for one that cannot be)."""
     for _ in range(_MAX_REFS):

@@ -10,16 +10,15 @@ schema is the same. ``oneOf: [{properties: ...}, {properties: ...}]`` (object br
 branches apart (a discriminating property) and llguidance's ``anyOf`` reading is exact.
 
 A branch with any other keyword (``type``, ``const``, ``enum``, ``allOf``, ``not`` ...) is not
-read; a local ``$ref`` branch is read at its target.
+read. A local ``$ref`` is read at its target, together with the keywords beside it: both must hold.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from llgtriton.json_schemas import ANNOTATIONS, rewritten
+from llgtriton.json_schemas import ANNOTATIONS, local_target, rewritten
 from llgtriton.schema_judge import KEYWORDS
-from llgtriton.schema_one_of import resolved
 
 _ALL = ("array", "boolean", "integer", "null", "number", "object", "string")
 # The one type each keyword judges; it holds for a value of any other type.
@@ -49,6 +48,7 @@ _JUDGES = {
 }
 # Keys that judge nothing here (definitions are only read through a $ref).
 _INERT = frozenset({"$schema", "$id", "id", "$comment", "definitions", "$defs"}) | ANNOTATIONS
+MAX_REFS = 32  # $refs followed to read one branch
 
 
 def one_of_types_narrowed(schema: Any) -> Any:
@@ -63,7 +63,7 @@ def _narrowed(root: Any, node: dict[str, Any]) -> dict[str, Any]:
         return node
     holding: dict[str, int] = {}
     for branch in branches:
-        for kind in _held_for_every_value(resolved(root, branch)):
+        for kind in _held_through_refs(root, branch, MAX_REFS):
             holding[kind] = holding.get(kind, 0) + 1
     excluded = {kind for kind, count in holding.items() if count >= 2}
     if "number" in excluded:
@@ -76,6 +76,18 @@ def _narrowed(root: Any, node: dict[str, Any]) -> dict[str, Any]:
     if left == names or not left:  # nothing to say, or nothing left (llguidance names the schema as unsatisfiable)
         return node
     return {**node, "type": left[0] if len(left) == 1 else left}
+
+
+def _held_through_refs(root: Any, branch: Any, refs: int) -> frozenset[str]:
+    """As :func:`_held_for_every_value`, a local ``$ref`` read at its target and beside its siblings
+    (from draft 2019-09 on, they apply too; older drafts' were dropped before)."""
+    if not (isinstance(branch, dict) and isinstance(branch.get("$ref"), str)):
+        return _held_for_every_value(branch)
+    target = local_target(root, branch["$ref"])
+    if target is None or refs <= 0:
+        return frozenset()
+    siblings = {key: value for key, value in branch.items() if key != "$ref"}
+    return _held_through_refs(root, target, refs - 1) & _held_for_every_value(siblings)
 
 
 def _held_for_every_value(branch: Any) -> frozenset[str]:

@@ -55,6 +55,18 @@ def test_two_branches_that_hold_for_any_non_object_leave_objects_only() -> None:
     }
 
 
+def test_a_ref_is_read_with_the_keywords_beside_it() -> None:
+    # From draft 2019-09 on, a $ref's siblings apply too: "s" matches the first branch only.
+    beside = {
+        "$defs": {"point": {"properties": {"x": {"type": "integer"}}}},
+        "oneOf": [{"$ref": "#/$defs/point", "type": "string"}, {"$ref": "#/$defs/point", "type": "number"}],
+    }
+    assert one_of_types_narrowed(beside) == beside
+    assert_grammar_agrees(beside, "s")
+    alone = {"$defs": beside["$defs"], "oneOf": [{"$ref": "#/$defs/point"}, {"$ref": "#/$defs/point", "title": "p"}]}
+    assert one_of_types_narrowed(alone)["type"] == "object"
+
+
 SCALARS = [
     {"oneOf": [{"type": "string", "pattern": "^-?[0-9]+%$"}, {"type": "string", "pattern": "^-?[0-9]+deg$"}]},
     {"oneOf": [{"const": 0, "standsFor": "normal"}, {"const": 1, "standsFor": "multiply"}, {"type": "string"}]},
