@@ -2,8 +2,12 @@
 
 For every schema: compile it (time it), check that each valid instance is accepted and each
 invalid one rejected at token level (the instance is tokenized and fed to the matcher), and
-time the token mask at every position of the valid instances. Optionally (``--server``) send a
-sample of the schemas to a running llgtriton server and validate what the model generates.
+time the token mask at every position of the valid instances. An instance rejected as written is
+tried once more with its object members in the schema's order (:func:`in_schema_order`; JSON
+members have no order, llguidance takes named properties in the schema's order), and counted apart:
+a valid one as "accepted once reordered"; an invalid one accepted so is reported, and must not be.
+Optionally (``--server``) send a sample of the schemas to a running llgtriton server and validate
+what the model generates.
 
     .venv/bin/python -m bench.jsonschemabench --data ../shared/data/jsonschemabench --out docs/results
     .venv/bin/python -m bench.jsonschemabench --compact   # the layout a request asks for with disable_any_whitespace
@@ -16,6 +20,7 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -23,11 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
+import referencing.exceptions
 from llguidance import LLMatcher, LLTokenizer
 
 from bench.reports import write_report
 from llgtriton.guides import COMPACT_JSON, GuideError, check_grammar, json_schema_grammar, with_json_options
+from llgtriton.json_schemas import local_target
 
 logger = logging.getLogger("bench.jsonschemabench")
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench"
@@ -39,9 +47,11 @@ class SchemaResult:
     compiled: bool
     compile_ms: float
     error: str = ""
-    valid_accepted: int = 0
+    valid_accepted: int = 0  # as written
+    valid_reordered: int = 0  # rejected as written, accepted with its members in the schema's order
     valid_total: int = 0
-    invalid_rejected: int = 0
+    invalid_rejected: int = 0  # as written
+    invalid_reordered_accepted: int = 0  # rejected as written but accepted reordered: must stay 0
     invalid_total: int = 0
     mask_us: list[float] = field(default_factory=list)
 
@@ -65,6 +75,89 @@ def load_schemas(data: Path) -> list[tuple[str, dict[str, Any]]]:
 def instance_text(data: Any) -> str:
     """JSON as json.dumps writes it, which both layouts accept (llgtriton.guides.JSON_OPTIONS, COMPACT_JSON)."""
     return json.dumps(data, ensure_ascii=False)
+
+
+# $refs and applicable subschemas followed for one value: far above real schemas, and a bound on a
+# schema that refers to itself without consuming the instance.
+MAX_ORDER_STEPS = 256
+
+
+def in_schema_order(instance: Any, schema: Any) -> Any:
+    """``instance`` with every object's members in the order llguidance writes them: the properties
+    named by the ``properties`` of the schemas that apply to it, in their order there, then the other
+    members in their own order. JSON object members have no order (RFC 8259), so the value is the
+    same instance; llguidance accepts named properties only in the schema's order.
+
+    The schemas that apply to a value: its schema, a local ``$ref``'s target, ``allOf`` entries,
+    the ``anyOf``/``oneOf`` branches the ``jsonschema`` validator says the value matches, and
+    ``then``/``else`` as ``if`` decides; a member's value is walked with the ``properties`` entry
+    that names it, else the ``patternProperties`` it matches, else ``additionalProperties``.
+    """
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return _ordered(instance, [schema], schema, validator)
+
+
+def _applicable(value: Any, schemas: list[Any], root: Any, validator: Any) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    pending = list(reversed(schemas))
+    seen: set[int] = set()
+    while pending and len(seen) < MAX_ORDER_STEPS:
+        schema = pending.pop()
+        if not isinstance(schema, dict) or id(schema) in seen:
+            continue
+        seen.add(id(schema))
+        found.append(schema)
+        inner: list[Any] = []
+        if isinstance(schema.get("$ref"), str):
+            inner.append(local_target(root, schema["$ref"]))
+        inner.extend(schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else [])
+        for keyword in ("anyOf", "oneOf"):
+            branches = schema.get(keyword)
+            if isinstance(branches, list):
+                inner.extend(b for b in branches if validator.evolve(schema=b).is_valid(value))
+        if "if" in schema:
+            inner.append(schema.get("then" if validator.evolve(schema=schema["if"]).is_valid(value) else "else"))
+        pending.extend(reversed(inner))
+    return found
+
+
+def _ordered(value: Any, schemas: list[Any], root: Any, validator: Any) -> Any:
+    if not isinstance(value, dict | list):
+        return value
+    applicable = _applicable(value, schemas, root, validator)
+    if isinstance(value, list):
+        return [_ordered(item, _item_schemas(applicable, index), root, validator) for index, item in enumerate(value)]
+    named: dict[str, None] = {}
+    for schema in applicable:
+        declared = schema.get("properties")
+        named.update(dict.fromkeys(declared if isinstance(declared, dict) else ()))
+    keys = [key for key in named if key in value] + [key for key in value if key not in named]
+    return {key: _ordered(value[key], _member_schemas(applicable, key), root, validator) for key in keys}
+
+
+def _member_schemas(applicable: list[dict[str, Any]], key: str) -> list[Any]:
+    found: list[Any] = []
+    for schema in applicable:
+        declared, patterns = schema.get("properties"), schema.get("patternProperties")
+        if isinstance(declared, dict) and key in declared:
+            found.append(declared[key])
+            continue
+        matched = [s for p, s in patterns.items() if re.search(p, key)] if isinstance(patterns, dict) else []
+        found.extend(matched or [schema.get("additionalProperties")])
+    return found
+
+
+def _item_schemas(applicable: list[dict[str, Any]], index: int) -> list[Any]:
+    found: list[Any] = []
+    for schema in applicable:
+        items, prefix = schema.get("items"), schema.get("prefixItems")
+        if isinstance(prefix, list):
+            found.append(prefix[index] if index < len(prefix) else items)
+        elif isinstance(items, list):
+            found.append(items[index] if index < len(items) else schema.get("additionalItems"))
+        else:
+            found.append(items)
+    return found
 
 
 def accepts(template: LLMatcher, tokenizer: LLTokenizer, text: str, mask_us: list[float] | None) -> bool:
@@ -96,13 +189,27 @@ def check_schema(name: str, entry: dict[str, Any], tokenizer: LLTokenizer, compa
     if error:
         return result
     for test in entry.get("tests", []):
-        if test["valid"]:
-            result.valid_total += 1
-            result.valid_accepted += accepts(template, tokenizer, instance_text(test["data"]), result.mask_us)
-        else:
-            result.invalid_total += 1
-            result.invalid_rejected += not accepts(template, tokenizer, instance_text(test["data"]), None)
+        data, ok = test["data"], test["valid"]
+        as_written = accepts(template, tokenizer, instance_text(data), result.mask_us if ok else None)
+        # Only an instance rejected as written is tried again, with its members in the schema's order.
+        reordered = not as_written and _reordered_accepted(template, tokenizer, data, entry["schema"])
+        result.valid_total += ok
+        result.valid_accepted += ok and as_written
+        result.valid_reordered += ok and reordered
+        result.invalid_total += not ok
+        result.invalid_rejected += not ok and not as_written
+        result.invalid_reordered_accepted += not ok and reordered
     return result
+
+
+def _reordered_accepted(template: LLMatcher, tokenizer: LLTokenizer, data: Any, schema: Any) -> bool:
+    try:
+        reordered = in_schema_order(data, schema)
+    except (jsonschema.exceptions.SchemaError, referencing.exceptions.Unresolvable, re.error, RecursionError):
+        # the validator cannot judge a branch: the instance counts as rejected either way
+        return False
+    text = instance_text(reordered)
+    return text != instance_text(data) and accepts(template, tokenizer, text, None)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -119,9 +226,12 @@ def summarize(results: list[SchemaResult]) -> dict[str, Any]:
         "schemas": len(results),
         "compiled": len(compiled),
         "compile_rate": len(compiled) / len(results),
-        "valid_accepted": sum(r.valid_accepted for r in compiled),
+        "valid_accepted": sum(r.valid_accepted for r in compiled),  # as written
+        "valid_accepted_once_reordered": sum(r.valid_reordered for r in compiled),
+        "valid_rejected_either_way": sum(r.valid_total - r.valid_accepted - r.valid_reordered for r in compiled),
         "valid_total": valid_total,
-        "invalid_rejected": sum(r.invalid_rejected for r in compiled),
+        "invalid_rejected": sum(r.invalid_rejected for r in compiled),  # as written
+        "invalid_accepted_once_reordered": sum(r.invalid_reordered_accepted for r in compiled),  # must be 0
         "invalid_total": invalid_total,
         "schemas_in_full_agreement": sum(
             r.valid_accepted == r.valid_total and r.invalid_rejected == r.invalid_total for r in compiled
@@ -143,7 +253,9 @@ def summarize(results: list[SchemaResult]) -> dict[str, Any]:
         "disagreements": {
             r.name: {
                 "valid_rejected": r.valid_total - r.valid_accepted,
+                "valid_accepted_once_reordered": r.valid_reordered,
                 "invalid_accepted": r.invalid_total - r.invalid_rejected,
+                "invalid_accepted_once_reordered": r.invalid_reordered_accepted,
             }
             for r in compiled
             if r.valid_accepted != r.valid_total or r.invalid_rejected != r.invalid_total

@@ -24,10 +24,12 @@ if TYPE_CHECKING:  # the TypedDict exists only in llguidance's type stubs
 from llgtriton.json_schemas import local_target
 from llgtriton.schema_dependencies import dependencies_as_any_of
 from llgtriton.schema_formats import annotations_only
+from llgtriton.schema_min_properties import min_properties_as_cases
 from llgtriton.schema_not import not_as_complement
 from llgtriton.schema_not_within import not_within_values
 from llgtriton.schema_one_of import every_one_of_is_disjoint
 from llgtriton.schema_one_of_cases import one_of_as_cases
+from llgtriton.schema_one_of_types import one_of_types_narrowed
 from llgtriton.schema_property_names import property_names_written_out
 from llgtriton.schema_ref_siblings import ref_siblings_ignored
 from llgtriton.schema_refs import stray_refs_into_defs
@@ -236,6 +238,7 @@ def _exact_schema(schema: Any) -> tuple[dict[str, Any], JsonCompileOptions]:
     schema = annotations_only(schema, lambda name: logger.info("format %r is an annotation, not asserted", name))
     schema = property_names_written_out(ref_siblings_ignored(schema))
     schema = not_within_values(not_as_complement(dependencies_as_any_of(schema)))
+    schema = min_properties_as_cases(one_of_types_narrowed(schema))
     cases = one_of_as_cases(schema)
     if cases != schema and not _one_of_served_alone(schema):
         schema = cases

@@ -28,13 +28,32 @@ JUDGED = frozenset(
         "exclusiveMaximum",
     }
 )
+# Every keyword of JSON Schema's drafts 3 to 2020-12. A validator ignores any other key (a
+# project's own, such as ``standsFor`` or ``x-taplo``), so a schema may hold those and still be judged.
+KEYWORDS = frozenset(
+    {
+        *JUDGED,
+        *ANNOTATIONS,
+        *("$schema", "$id", "id", "$ref", "$dynamicRef", "$recursiveRef", "$anchor", "$dynamicAnchor"),
+        *("$recursiveAnchor", "$vocabulary", "$defs", "definitions", "allOf", "anyOf", "oneOf", "not", "if"),
+        *("then", "else", "dependentSchemas", "dependencies", "dependentRequired", "prefixItems", "items"),
+        *("additionalItems", "contains", "minContains", "maxContains", "uniqueItems", "minItems", "maxItems"),
+        *("properties", "patternProperties", "additionalProperties", "propertyNames", "required"),
+        *("minProperties", "maxProperties", "unevaluatedItems", "unevaluatedProperties", "multipleOf"),
+        *("format", "contentEncoding", "contentMediaType", "contentSchema", "disallow", "extends", "divisibleBy"),
+    }
+)
 _QUANTIFIERS = re.compile(r"[*+?{]")
 _PATTERN_META = frozenset(".[](){}*+?|^$")
 
 
 def judged_alone(schema: Any) -> bool:
     """Whether :func:`satisfies` can judge a value by ``schema``."""
-    return isinstance(schema, dict) and schema.keys() <= JUDGED | ANNOTATIONS and _judgeable_bounds(schema)
+    if not isinstance(schema, dict):
+        return False
+    return all(key in JUDGED or key in ANNOTATIONS or key not in KEYWORDS for key in schema) and _judgeable_bounds(
+        schema
+    )
 
 
 def search_cost(value: Any, schema: dict[str, Any]) -> int:
@@ -87,6 +106,58 @@ def literal_prefix(pattern: Any) -> str | None:
         chars.append(literal)
         index += step
     return "".join(chars) or None
+
+
+def literal_suffix(pattern: Any) -> str | None:
+    """What every string ``pattern`` finds ends with, a final newline aside (Python's ``$`` also
+    matches before one): the literal characters before a final ``$``. None for a pattern with ``|``
+    or an inline flag (``(?i)`` would make the literal match other cases), and where the suffix holds
+    a newline."""
+    if not isinstance(pattern, str) or not pattern.endswith("$") or "|" in pattern or "(?" in pattern:
+        return None
+    tokens = _tokens(pattern[:-1])
+    if tokens is None:
+        return None
+    chars: list[str] = []
+    for token in reversed(tokens):
+        if len(token) == 1 and token not in _PATTERN_META:
+            literal = token
+        elif len(token) == 2 and token[0] == "\\" and not token[1].isalnum():
+            literal = token[1]
+        else:
+            break
+        if literal == "\n":
+            break
+        chars.append(literal)
+    return "".join(reversed(chars)) or None
+
+
+def _tokens(pattern: str) -> list[str] | None:
+    """``pattern`` cut into atoms: an escape, a class, or one character (quantifiers on their own);
+    None where it cannot be cut (an unclosed class, a trailing backslash)."""
+    tokens: list[str] = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            if index + 1 >= len(pattern):
+                return None
+            tokens.append(pattern[index : index + 2])
+            index += 2
+        elif char == "[":
+            end = index + 1
+            end += pattern[end : end + 1] == "^"
+            end += pattern[end : end + 1] == "]"  # a ] first in a class is a literal
+            while end < len(pattern) and pattern[end] != "]":
+                end += 2 if pattern[end] == "\\" else 1
+            if end >= len(pattern):
+                return None
+            tokens.append(pattern[index : end + 1])
+            index = end + 1
+        else:
+            tokens.append(char)
+            index += 1
+    return tokens
 
 
 def _judgeable_bounds(schema: dict[str, Any]) -> bool:

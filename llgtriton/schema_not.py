@@ -17,6 +17,8 @@ The complements known:
   those values taken out of it; elsewhere, every other value, where the values are scalars
   (:mod:`llgtriton.schema_values`).
 - ``{properties: {p: S}}``: an object holding ``p`` whose value is not ``S``.
+- ``{$ref: "#/..."}`` alone: the complement of the schema it points at in the same document (a
+  ``$ref`` alone is that schema), at most :data:`MAX_REFS` ``$ref``s deep (a recursive one is not).
 - Several of these keywords in one schema (annotations such as ``description`` dropped): the
   ``anyOf`` of their complements, as each judges the instance alone.
 ``if: I, then: T, else: E`` is ``anyOf: [allOf: [I, T], allOf: [not I, E]]``, served where the
@@ -30,9 +32,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llgtriton.json_schemas import ANNOTATIONS, ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS, named_values
+from llgtriton.json_schemas import ANNOTATIONS, ONE_SCHEMA, SCHEMA_LISTS, SCHEMA_MAPS, local_target, named_values
 from llgtriton.schema_values import NoExactComplement, values_complement
 
+MAX_REFS = 8  # $refs followed within one complement
 TYPES = ("array", "boolean", "integer", "null", "number", "object", "string")
 _BOUND_COMPLEMENTS = {
     "maximum": "exclusiveMinimum",
@@ -66,20 +69,22 @@ _DEFINITIONS = frozenset({"definitions", "$defs"})
 _READ_PROPERTIES = frozenset({"additionalProperties", "patternProperties", "unevaluatedProperties"})
 
 
-def not_as_complement(schema: Any) -> Any:
+def not_as_complement(schema: Any, root: Any = None) -> Any:
     """``schema`` with every ``not`` of a known form written as its complement, and every ``if`` whose
-    complement is known as the two cases it chooses between; the schema is not changed."""
+    complement is known as the two cases it chooses between; the schema is not changed. ``$ref``s
+    are read in ``root`` (the whole document; ``schema`` itself when not given)."""
     if not isinstance(schema, dict):
         return schema
+    root = schema if root is None else root
     node = schema
     if "not" in node:
-        node = _without_not(node)
+        node = _without_not(node, root)
     if "if" in node:
-        node = _without_if(node)
-    return {key: _inside(key, value) for key, value in node.items()}
+        node = _without_if(node, root)
+    return {key: _inside(key, value, root) for key, value in node.items()}
 
 
-def _without_if(node: dict[str, Any]) -> dict[str, Any]:
+def _without_if(node: dict[str, Any], root: Any) -> dict[str, Any]:
     """``if: I, then: T, else: E`` is ``anyOf: [allOf: [I, T], allOf: [not I, E]]`` (a missing branch holds)."""
     rest = {key: value for key, value in node.items() if key not in ("if", "then", "else")}
     earlier = rest.get("allOf", [])
@@ -87,30 +92,30 @@ def _without_if(node: dict[str, Any]) -> dict[str, Any]:
         return node
     condition = node["if"]
     try:
-        otherwise = complement(condition)
+        otherwise = complement(condition, root=root)
     except NoExactComplement:
         return node
     cases = {"anyOf": [{"allOf": [condition, node.get("then", True)]}, {"allOf": [otherwise, node.get("else", True)]}]}
     return {**rest, "allOf": [*earlier, cases]}
 
 
-def _inside(key: str, value: Any) -> Any:
+def _inside(key: str, value: Any, root: Any) -> Any:
     if key in SCHEMA_MAPS and isinstance(value, dict):
-        return {name: not_as_complement(item) for name, item in value.items()}
+        return {name: not_as_complement(item, root) for name, item in value.items()}
     if key in SCHEMA_LISTS and isinstance(value, list):
-        return [not_as_complement(item) for item in value]
+        return [not_as_complement(item, root) for item in value]
     if key in ONE_SCHEMA:
-        return not_as_complement(value)
+        return not_as_complement(value, root)
     return value
 
 
-def _without_not(node: dict[str, Any]) -> dict[str, Any]:
+def _without_not(node: dict[str, Any], root: Any) -> dict[str, Any]:
     rest = {key: value for key, value in node.items() if key != "not"}
     earlier = rest.get("allOf", [])
     if not isinstance(earlier, list):
         return node
     try:
-        written = complement(node["not"], rest)
+        written = complement(node["not"], rest, root=root)
     except NoExactComplement:
         return node
     if written is True:
@@ -118,9 +123,10 @@ def _without_not(node: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "allOf": [*earlier, written]}
 
 
-def complement(negated: Any, around: dict[str, Any] | None = None) -> Any:
+def complement(negated: Any, around: dict[str, Any] | None = None, *, root: Any = None, refs: int = MAX_REFS) -> Any:
     """A schema that holds exactly where ``negated`` does not (``around``: the schema the ``not`` sits in,
-    for the forms that depend on it); raises :class:`NoExactComplement`."""
+    for the forms that depend on it; ``root``: the document a ``$ref`` points into, and ``refs`` the
+    ``$ref``s left to follow); raises :class:`NoExactComplement`."""
     if negated is False:
         return True
     if negated is True or negated == {}:
@@ -132,18 +138,23 @@ def complement(negated: Any, around: dict[str, Any] | None = None) -> Any:
     if not asserted:
         return False
     if len(asserted) > 1:
-        return _split_complement(asserted, around)
+        return _split_complement(asserted, around, root, refs)
     ((keyword, value),) = asserted.items()
+    if keyword == "$ref":
+        target = local_target(root, value) if isinstance(value, str) and root is not None else None
+        if target is None or refs <= 0:
+            raise NoExactComplement
+        return complement(target, around, root=root, refs=refs - 1)
     if keyword == "not":
         return value
     if keyword == "anyOf" and isinstance(value, list) and value:
-        return {"allOf": [complement(branch, around) for branch in value]}
+        return {"allOf": [complement(branch, around, root=root, refs=refs) for branch in value]}
     if keyword == "allOf" and isinstance(value, list) and value:
-        return {"anyOf": [complement(branch, around) for branch in value]}
+        return {"anyOf": [complement(branch, around, root=root, refs=refs) for branch in value]}
     if keyword == "required":
         return _not_required(value)
     if keyword == "properties":
-        return _not_properties(value)
+        return _not_properties(value, root, refs)
     if keyword == "type":
         return _not_type(value, around or {})
     if keyword in _BOUND_COMPLEMENTS and isinstance(value, int | float) and not isinstance(value, bool):
@@ -163,20 +174,20 @@ def complement(negated: Any, around: dict[str, Any] | None = None) -> Any:
     raise NoExactComplement
 
 
-def _split_complement(asserted: dict[str, Any], around: dict[str, Any] | None) -> Any:
+def _split_complement(asserted: dict[str, Any], around: dict[str, Any] | None, root: Any, refs: int) -> Any:
     """Keywords that each judge the instance alone are their conjunction, so the complement is the
     ``anyOf`` of theirs (De Morgan). ``properties`` is alone only without the keywords that read it."""
     if not asserted.keys() <= _INDEPENDENT or asserted.keys() & _READ_PROPERTIES:
         raise NoExactComplement
-    return {"anyOf": [complement({keyword: value}, around) for keyword, value in asserted.items()]}
+    return {"anyOf": [complement({key: value}, around, root=root, refs=refs) for key, value in asserted.items()]}
 
 
-def _not_properties(declared: Any) -> Any:
+def _not_properties(declared: Any, root: Any, refs: int) -> Any:
     """``properties`` fails where the instance is an object holding one of them that fails its schema."""
     if not isinstance(declared, dict):
         raise NoExactComplement
     cases = [
-        {"type": "object", "required": [name], "properties": {name: complement(schema)}}
+        {"type": "object", "required": [name], "properties": {name: complement(schema, root=root, refs=refs)}}
         for name, schema in declared.items()
         if schema is not True and schema != {}
     ]

@@ -26,13 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from llgtriton.json_schemas import local_target, subschemas
-from llgtriton.schema_judge import judged_alone, literal_prefix, satisfies, search_cost
+from llgtriton.schema_judge import judged_alone, literal_prefix, literal_suffix, satisfies, search_cost
 
 _TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
 _MAX_REFS = 32  # $refs followed to reach one branch's own keywords
+_MAX_NESTING = 4  # subschemas read into for a branch's types, and properties compared within properties
 # Branch pairs compared plus the names and values looked at, for a whole schema: far above real
 # schemas (the largest oneOf of JSONSchemaBench's shared set takes a few hundred), about 0.1 s.
 WORK_BUDGET = 100_000
+MAX_SEARCH_COST = WORK_BUDGET // 2  # one pattern search's bound, past which its proof is not tried
 
 
 class ProofOverBudget(Exception):
@@ -50,8 +52,10 @@ class _Branch:
     declared: frozenset[str]  # properties it declares
     closed: bool  # no property beyond the declared ones (additionalProperties false, no patterns)
     prefix: str | None = None  # what its anchored pattern's strings start with
+    suffix: str | None = None  # what they end with
     named: tuple[Any, ...] | None = None  # the only values it admits (const, enum)
     simple: dict[str, Any] | None = None  # the branch, where values.satisfies can judge a value by it
+    required_schemas: tuple[tuple[str, Any], ...] = ()  # of its required properties: their schemas
 
 
 class OneOfProof:
@@ -62,6 +66,13 @@ class OneOfProof:
         self._left = WORK_BUDGET
         # Keyed by id, holding the object too: a freed schema's id could come back for another.
         self._branches: dict[int, tuple[Any, _Branch | None]] = {}
+        self._nesting = 0
+        self._types: dict[tuple[int, int], tuple[Any, frozenset[str]]] = {}
+
+    @property
+    def root(self) -> Any:
+        """The schema whose ``oneOf``s the proof reads."""
+        return self._root
 
     def spend(self, work: int) -> None:
         self._left -= work
@@ -83,7 +94,7 @@ class OneOfProof:
         branches = node.get("oneOf")
         if not isinstance(branches, list):
             return []
-        within = _types(node)  # the oneOf's own schema admits only these
+        within = self.types(node)  # the oneOf's own schema admits only these
         read = [self.branch(branch) for branch in branches]
         return [
             (index, later)
@@ -113,16 +124,44 @@ class OneOfProof:
         admitted = _named(schema)
         self.spend(len(admitted or ()))
         return _Branch(
-            _types(schema),
+            self.types(schema),
             required,
             values,
             forbidden,
             frozenset(properties),
             closed,
             literal_prefix(schema.get("pattern")),
+            literal_suffix(schema.get("pattern")),
             admitted,
             schema if judged_alone(schema) else None,
+            tuple((name, properties[name]) for name in sorted(required & properties.keys())),
         )
+
+    def types(self, schema: Any, nesting: int = 0) -> frozenset[str]:
+        """The JSON types ``schema`` may admit (more, never fewer), read through its ``allOf`` (each
+        holds), ``anyOf`` and ``oneOf`` (one branch holds) and local ``$ref``s, a few levels deep."""
+        key = (id(schema), nesting)
+        if key not in self._types:
+            self._types[key] = (schema, self._read_types(schema, nesting))
+        return self._types[key][1]
+
+    def _read_types(self, schema: Any, nesting: int) -> frozenset[str]:
+        self.spend(1)
+        found = _types(schema)
+        if not isinstance(schema, dict) or nesting >= _MAX_NESTING:
+            return found
+        if isinstance(schema.get("$ref"), str):
+            target = _resolve(self._root, schema)
+            if target is None:
+                return found
+            found &= self.types(target, nesting + 1)
+        for entry in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
+            found &= self.types(entry, nesting + 1)
+        for keyword in ("anyOf", "oneOf"):
+            branches = schema.get(keyword)
+            if isinstance(branches, list) and branches:
+                found &= frozenset().union(*(self.types(branch, nesting + 1) for branch in branches))
+        return found
 
     def disjoint(self, first: _Branch | None, second: _Branch | None, within: frozenset[str] = _TYPES) -> bool:
         self.spend(1)
@@ -130,14 +169,35 @@ class OneOfProof:
             return False
         if not first.types & second.types & within:
             return True
+        if (first.types | second.types) & within <= {"string"} and (
+            _prefixes_differ(first.prefix, second.prefix) or _suffixes_differ(first.suffix, second.suffix)
+        ):
+            return True
         if _apart_by_values(self, first, second) or _apart_by_values(self, second, first):
             return True
-        if (first.types | second.types) & within <= {"string"} and _prefixes_differ(first.prefix, second.prefix):
-            return True
         objects = frozenset({"object"})
-        if not (first.types <= objects and second.types <= objects):
+        if not (first.types & within <= objects and second.types & within <= objects):
             return False
-        return _discriminated(self, first, second) or _forbids(self, first, second) or _forbids(self, second, first)
+        return (
+            _discriminated(self, first, second)
+            or _forbids(self, first, second)
+            or _forbids(self, second, first)
+            or self._apart_by_a_property(first, second)
+        )
+
+    def _apart_by_a_property(self, first: _Branch, second: _Branch) -> bool:
+        """Both require a property whose schemas are disjoint (read a few levels deep at most)."""
+        if self._nesting >= _MAX_NESTING:
+            return False
+        theirs = dict(second.required_schemas)
+        self._nesting += 1
+        try:
+            return any(
+                name in theirs and self.disjoint(self.branch(schema), self.branch(theirs[name]))
+                for name, schema in first.required_schemas
+            )
+        finally:
+            self._nesting -= 1
 
 
 def every_one_of_is_disjoint(root: Any) -> bool:
@@ -262,10 +322,21 @@ def _apart_by_values(proof: OneOfProof, first: _Branch, second: _Branch) -> bool
     if first.named is None or second.simple is None:
         return False
     for value in first.named:
-        proof.spend(search_cost(value, second.simple))
+        cost = search_cost(value, second.simple)
+        if cost > MAX_SEARCH_COST:
+            return False  # not proven: one search could spend the whole budget
+        proof.spend(cost)
         if satisfies(value, second.simple):
             return False
     return True
+
+
+def _suffixes_differ(first: str | None, second: str | None) -> bool:
+    """No string ends with both, a final newline aside (neither ends the other, and neither holds one)."""
+    if first is None or second is None:
+        return False
+    length = min(len(first), len(second))
+    return first[len(first) - length :] != second[len(second) - length :]
 
 
 def _prefixes_differ(first: str | None, second: str | None) -> bool:

@@ -70,7 +70,7 @@ def _complement_within(proof: OneOfProof, branch: Any, within: Any) -> Any:
             proof.spend(search_cost(value, target))
         kept = [value for value in named if not satisfies(value, target)]
         return {"enum": kept} if kept else False
-    return complement(target, within if isinstance(within, dict) else None)
+    return complement(target, within if isinstance(within, dict) else None, root=proof.root)
 
 
 def _size(schema: Any) -> int:
