@@ -14,23 +14,12 @@ OUT=${OUT:-docs/results}
 NAME=${NAME:-serving_$MODE}
 mkdir -p "$OUT"
 
-source bench/gpu_carried.sh
-AIPERF_WHEELS=$(carried aiperf)
-PERF_ANALYZER_WHEEL=$(carried perf_analyzer)
-
-source bench/gpu_triton_env.sh
-# aiperf gets the machine's own numpy 2 and libraries, not the stub's numpy 1.26 in $SITE.
-AIPERF_SITE=/tmp/aiperf-site
-"$PY" -m pip install -q --no-index --no-deps --upgrade --target "$AIPERF_SITE" "$AIPERF_WHEELS"/*.whl \
-    device_carry/wheels/{pydantic,pydantic_core,annotated_types,typing_inspection,typing_extensions}-*.whl
-rm -rf /tmp/perf_analyzer && "$PY" -m zipfile -e "$PERF_ANALYZER_WHEEL"/perf_analyzer-*.whl /tmp/perf_analyzer
-chmod +x /tmp/perf_analyzer/perf_analyzer/bin/perf_analyzer
-rm -rf /tmp/model_llama && cp -r device_carry/model_llama /tmp/model_llama && xz -d /tmp/model_llama/tokenizer.json.xz
+source bench/gpu_serving_env.sh
 
 "$PY" -m bench.layers --random-model /tmp/model_llama --device cuda --core-process "$MODE" \
     --name "$NAME" --out "$OUT" --concurrency 1 8 32 64 128 256 --requests 4 --max-tokens 64 \
     --max-batch-size 256 --layers engine triton \
-    --perf-analyzer /tmp/perf_analyzer/perf_analyzer/bin/perf_analyzer \
+    --perf-analyzer "$PERF_ANALYZER" \
     --aiperf "env LLGTRITON_PLAIN_PYTHON=1 PYTHONPATH=$AIPERF_SITE $PY -m aiperf" "$@" ||
     { tail -n 60 "$OUT"/*.log; exit 1; }
 "$PY" -m bench.plot_serving "$OUT/$NAME.png" "$OUT/$NAME.json"
