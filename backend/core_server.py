@@ -129,9 +129,9 @@ class _Outgoing:
             with contextlib.suppress(queue.Empty):
                 while True:
                     batch.append(self._queue.get_nowait())
-            closed = batch[-1] is None  # close() queues it last
+            closed = any(item is None for item in batch)  # close() was called: send the rest, then stop
             if closed:
-                batch.pop()
+                batch = [item for item in batch if item is not None]
             if batch:
                 try:
                     self._connection.send(batch)
