@@ -104,6 +104,7 @@ def start_torch_service(settings: EngineSettings) -> GenerationService:
         max_queue_size=settings.max_queue_size,
         max_kv_tokens=settings.max_kv_tokens,
         token_bytes=lambda token: bytes(processor.tokenizer.decode_bytes([token])),
+        launch_ahead=settings.launch_ahead,
     )
     scheduler.start()
     logger.info(

@@ -72,6 +72,14 @@ class _Waiting:
     prompt_logprobs: PromptLogprobs | None = None  # its prompt scored, when it asked
 
 
+@dataclass(frozen=True, eq=False)
+class _Launched:
+    """A decode pass queued ahead: its sequences, in the order of its logits' rows."""
+
+    sequences: list[_Sequence]
+    logits: torch.Tensor
+
+
 def kv_tokens(request: EngineRequest) -> int:
     """KV-cache tokens a request may hold: reserved whole at admission, so a batch never outgrows it."""
     return len(request.prompt_ids) + request.max_tokens
@@ -91,8 +99,14 @@ class Scheduler:
         max_kv_tokens: int | None = None,
         compile_threads: int = 4,
         token_bytes: Callable[[int], bytes] | None = None,
+        launch_ahead: bool = False,
     ) -> None:
-        """``token_bytes`` gives a token's exact bytes for logprobs (default: its decoded text)."""
+        """``token_bytes`` gives a token's exact bytes for logprobs (default: its decoded text).
+        ``launch_ahead`` queues each step's decode pass as soon as its tokens are sampled, before they
+        are delivered, so that the device runs it meanwhile (a request a stop string or a
+        cancellation then ends has its row computed once for nothing)."""
+        self.launch_ahead = launch_ahead
+        self._ahead: _Launched | None = None  # the decode pass queued by the last step (launch_ahead)
         self._engine = engine
         self._token_bytes = token_bytes or (lambda token: decoder.decode([token]).encode())
         self._guidance = guidance
@@ -219,6 +233,7 @@ class Scheduler:
                     self._step(admitted)
             except Exception as exc:  # an engine failure must not kill the loop
                 logger.exception("step failed; failing the %d running requests", len(self._running))
+                self._ahead = None
                 for seq in list(self._running):
                     self._abort(seq, exc)
         self._fail_all(Unavailable("the backend is shutting down"))
@@ -227,12 +242,7 @@ class Scheduler:
         for seq in list(self._running):
             if is_cancelled(seq.sink, seq.request.request_id):
                 self._finish_cancelled(seq)
-        decoding = [seq for seq in self._running if seq.generated]
-        step: list[_Sequence] = []
-        parts: list[torch.Tensor] = []
-        if decoding:
-            parts.append(self._engine.decode([s.seq_id for s in decoding], [s.generated[-1] for s in decoding]))
-            step.extend(decoding)
+        step, parts = self._decoded()
         joined = [seq for seq in map(self._admit, admitted) if seq is not None]
         if joined:  # every prompt admitted this step, in as few forward passes as the engine can
             parts.append(
@@ -251,10 +261,37 @@ class Scheduler:
         # every row ended and its tally is not read.)
         self._tally_pressure(asking, pressure if sampled else None)
         self._compute_masks_ahead(sampled)  # the worker runs while the tokens are delivered, and the next pass
+        if self.launch_ahead:
+            self._launch_ahead(sampled)
         for seq, token in sampled:
             self._advance(seq, token)
         if rows:
             self.counters.add_step(len(rows), constrained, masking_seconds)
+
+    def _decoded(self) -> tuple[list[_Sequence], list[torch.Tensor]]:
+        """The running sequences' decode pass: the one the last step queued, its rows of requests that
+        have ended since left out, or one queued now."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            decoding = [seq for seq in self._running if seq.generated]
+            if not decoding:
+                return [], []
+            return decoding, [self._engine.decode([s.seq_id for s in decoding], [s.generated[-1] for s in decoding])]
+        running = set(self._running)
+        kept = [row for row, seq in enumerate(ahead.sequences) if seq in running]
+        if not kept:
+            return [], []
+        if len(kept) == len(ahead.sequences):
+            return ahead.sequences, [ahead.logits]
+        rows = torch.tensor(kept, device=ahead.logits.device)
+        return [ahead.sequences[row] for row in kept], [ahead.logits.index_select(0, rows)]
+
+    def _launch_ahead(self, sampled: list[tuple[_Sequence, int]]) -> None:
+        """Queue the next decode pass for the sequences that the step's tokens do not end."""
+        going_on = [(seq, token) for seq, token in sampled if not seq.ends_on(token, self._eos, self._max_model_len)]
+        if going_on:
+            logits = self._engine.decode([seq.seq_id for seq, _ in going_on], [token for _, token in going_on])
+            self._ahead = _Launched([seq for seq, _ in going_on], logits)
 
     @staticmethod
     def _tally_pressure(asking: list[tuple[int, PressureTally]], pressure: StepPressure | None) -> None:

@@ -12,7 +12,9 @@ long the mask worker waits for the GIL while the step loop runs Python. ``--hand
 each kind without and with the step loop waiting for the mask worker to start once it is handed a
 step (``worker.start_delay`` is how long the worker waited to start). ``--masks-on worker step-loop``
 runs each kind with a step's masks computed on the worker ahead of time and on the step loop's
-thread when it asks for them (after queueing the forward pass).
+thread when it asks for them (after queueing the forward pass). ``--launch-ahead off on`` runs each
+kind with the next decode pass queued after its tokens are delivered (as by default) and before
+(the scheduler's ``launch_ahead``), so that the device runs it while they are.
 
 Per cell it reports tokens/s, TBT and TTFT p50, the step loop's milliseconds per step in each of
 its phases (the forward pass lands in whichever phase first waits for the GPU), and the mask
@@ -155,6 +157,24 @@ def closed_loop(
     for thread in threads:
         thread.join()
     return done
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How one cell runs: its requests' kind and the step loop's settings."""
+
+    kind: str
+    interval: float | None  # Python's thread switch interval (None: its own)
+    hand_off: bool
+    masks_on_worker: bool
+    launch_ahead: bool
+
+    @property
+    def name(self) -> str:
+        name = self.kind if self.interval is None else f"{self.kind}@{self.interval * 1000:g}ms"
+        name += "+hand-off" if self.hand_off else ""
+        name += "" if self.masks_on_worker else "+masks-on-step-loop"
+        return name + ("+launch-ahead" if self.launch_ahead else "")
 
 
 @dataclass
@@ -326,6 +346,13 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         default=["worker"],
         help="each kind runs with each: where a step's masks are computed (the processor's masks_on_worker)",
     )
+    parser.add_argument(
+        "--launch-ahead",
+        nargs="+",
+        choices=("off", "on"),
+        default=["off"],
+        help="each kind runs with each: 'on' queues a step's decode pass before its tokens are delivered",
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="step_breakdown")
@@ -360,7 +387,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     intervals: list[float | None] = list(arguments.switch_intervals or [None])
     variants = [
-        (kind, interval, hand_off, masks_on)
+        Variant(kind, interval, hand_off == "on", masks_on == "worker", launch == "on")
+        for launch in arguments.launch_ahead
         for masks_on in arguments.masks_on
         for hand_off in arguments.hand_off
         for interval in intervals
@@ -370,19 +398,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     offset = 0
     for clients in arguments.clients:
         for round_index in range(arguments.rounds):
-            for kind, interval, hand_off, masks_on in variants if round_index % 2 == 0 else variants[::-1]:
-                sys.setswitchinterval(default_interval if interval is None else interval)
-                bench.processor.masks_on_worker = masks_on == "worker"
-                if hand_off == "on":
+            for variant in variants if round_index % 2 == 0 else variants[::-1]:
+                sys.setswitchinterval(default_interval if variant.interval is None else variant.interval)
+                bench.processor.masks_on_worker = variant.masks_on_worker
+                bench.scheduler.launch_ahead = variant.launch_ahead
+                if variant.hand_off:
                     bench.hand_off.set()
                 else:
                     bench.hand_off.clear()
-                make = requests.maker(kind, offset)
-                cell = measure(bench, make, kind, clients, arguments.requests_per_client)
+                make = requests.maker(variant.kind, offset)
+                cell = measure(bench, make, variant.kind, clients, arguments.requests_per_client)
                 offset += clients * arguments.requests_per_client
-                name = f"{clients}/{kind}" if interval is None else f"{clients}/{kind}@{interval * 1000:g}ms"
-                name += "+hand-off" if hand_off == "on" else ""
-                name += "+masks-on-step-loop" if masks_on == "step-loop" else ""
+                name = f"{clients}/{variant.name}"
                 report["cells"].setdefault(name, []).append(cell)
                 logger.info("%d clients, %s: %s", clients, name, json.dumps(cell))
                 write_report(arguments.out / f"{arguments.name}.json", report)  # a run cut short keeps its cells

@@ -256,6 +256,12 @@ class EngineSettings(_Section):
         "response when that thread falls behind (Triton's python backend sends a few thousand responses a "
         "second). Off: one response per token, sent by the engine's thread.",
     )
+    launch_ahead: bool = Field(
+        False,
+        description="Queue each step's decode pass as soon as its tokens are sampled, before they are "
+        "detokenized and sent, so that the GPU runs it meanwhile; a request that a stop string or a "
+        "cancellation ends then has one row computed for nothing. Experimental, not yet measured.",
+    )
 
 
 class Settings(_Section):

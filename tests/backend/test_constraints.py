@@ -460,3 +460,32 @@ def test_masks_computed_when_the_step_asks_give_the_outputs_the_worker_gives(
     assert on_step_loop == on_worker
     for text in on_step_loop:
         jsonschema.validate(json.loads(text), PERSON)
+
+
+def test_decode_passes_launched_ahead_give_the_outputs_of_a_step_at_a_time(
+    scheduler: Scheduler, loaded_model: Any
+) -> None:
+    """Six constrained requests and a free one through a batch of four, one ended early by a stop
+    string: each step's decode queued before its tokens are delivered changes no output."""
+    names = ["Ann", "Bob", "Cid", "Dee", "Eve", "Fay"]
+    schema = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
+
+    def outputs() -> list[str]:
+        requests = [
+            EngineRequest(f"p{i}", chat(loaded_model, f"JSON for {name}, {20 + i}."), 60, GREEDY, grammar=schema)
+            for i, name in enumerate(names)
+        ]
+        stopped = EngineRequest("s", chat(loaded_model, "Tell me a story."), 40, GREEDY, stop=(" talented",))
+        return [sink.text for sink in generate(scheduler, stopped, *requests)]
+
+    one_at_a_time = outputs()
+    scheduler.launch_ahead = True
+    try:
+        launched_ahead = outputs()
+    finally:
+        scheduler.launch_ahead = False
+    assert launched_ahead == one_at_a_time
+    assert " talented" not in launched_ahead[0] and launched_ahead[0]
+    for text in launched_ahead[1:]:
+        jsonschema.validate(json.loads(text), PERSON)
+    assert scheduler.load() == (0, 0)

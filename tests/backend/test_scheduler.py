@@ -22,15 +22,22 @@ from tests.support.harness import RecordingSink
 GREEDY = SamplingParams(temperature=0.0)
 
 
-@pytest.fixture(params=["growing", "slots"])
+@pytest.fixture(params=["growing", "slots", "slots, launched ahead"])
 def scheduler(loaded_model: Any, request: pytest.FixtureRequest) -> Iterator[Scheduler]:
     cpu = torch.device("cpu")
     engine: Engine = (
         SlotEngine(loaded_model.model, cpu, slots=2, context=512)
-        if request.param == "slots"
+        if request.param.startswith("slots")
         else TorchEngine(loaded_model.model, cpu)
     )
-    running = Scheduler(engine, loaded_model.tokenizer, loaded_model.eos_token_ids, max_batch_size=2, max_model_len=512)
+    running = Scheduler(
+        engine,
+        loaded_model.tokenizer,
+        loaded_model.eos_token_ids,
+        max_batch_size=2,
+        max_model_len=512,
+        launch_ahead=request.param.endswith("ahead"),
+    )
     running.start()
     yield running
     running.shutdown()
@@ -143,6 +150,27 @@ def test_stop_strings_end_generation(scheduler: Scheduler, tokenizer: Any) -> No
     assert stopped.text == free.text[: free.text.find(stop)]
     assert stopped.outputs[-1].finish_reason == FinishReason.STOP
     assert stopped.outputs[-1].completion_tokens < 20
+
+
+def test_a_request_ending_early_leaves_its_batch_mate_as_it_would_run_alone(
+    scheduler: Scheduler, tokenizer: Any
+) -> None:
+    (alone,) = run(scheduler, request(tokenizer, "Python is a", max_tokens=12))
+    (free,) = run(scheduler, request(tokenizer, "Once upon a time", max_tokens=20))
+    stop = free.text[6:11]
+    stopped, beside = run(
+        scheduler,
+        request(tokenizer, "Once upon a time", max_tokens=20, stop=(stop,), stream=True),
+        request(tokenizer, "Python is a", max_tokens=12),
+    )
+    assert stopped.outputs[-1].finish_reason == FinishReason.STOP and beside.text == alone.text
+    cancelled, beside = RecordingSink(cancel_after=2), RecordingSink()
+    scheduler.submit(request(tokenizer, "Once upon a time", max_tokens=200, stream=True), cancelled)
+    scheduler.submit(request(tokenizer, "Python is a", max_tokens=12), beside)
+    cancelled.wait()
+    beside.wait()
+    assert cancelled.outputs[-1].completion_tokens < 10 and beside.text == alone.text
+    assert scheduler.load() == (0, 0)
 
 
 def test_a_full_queue_refuses_at_once(loaded_model: Any, tokenizer: Any) -> None:
