@@ -9,17 +9,20 @@ be judged: :func:`holds` judges objects and arrays too (``properties``, ``patter
 A ``not`` whose ``N`` holds a keyword :func:`holds` does not know (``$ref``, ``format`` ...) is
 left as it is, and llguidance's refusal names it.
 
-Patterns are searched with Python's ``re``, as :mod:`llgtriton.schema_judge` does; the judging
-spends a bounded budget (:data:`MAX_STEPS`), past which the ``not`` is left as it is.
+Patterns are searched as :mod:`llgtriton.schema_judge` does (``re.search``'s answer, its steps
+counted); the judging spends a bounded budget (:data:`MAX_STEPS`), past which the ``not`` is left
+as it is.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from llgtriton.json_schemas import ANNOTATIONS, named_values, rewritten
-from llgtriton.schema_judge import JUDGED, judged_alone, satisfies, search_cost
+from llgtriton.schema_judge import JUDGED, KEYWORDS, PatternSearch, judged_alone, satisfies
+from llgtriton.schema_regex import TooCostly
 from llgtriton.schema_values import NoExactComplement
 
 # Values judged times the steps of each: a schema is rewritten once per compile.
@@ -36,12 +39,16 @@ _KNOWN = JUDGED | _OBJECT | _ARRAY | _LOGIC | _INERT
 
 
 class Budget:
-    """The judging steps left to one rewrite."""
+    """The judging steps left to one rewrite (each also paid to ``outer``, where given)."""
 
-    def __init__(self, steps: int = MAX_STEPS) -> None:
+    def __init__(self, steps: int = MAX_STEPS, outer: Callable[[int], None] | None = None) -> None:
         self._left = steps
+        self._outer = outer
+        self.searcher = PatternSearch(self.spend)
 
     def spend(self, steps: int) -> None:
+        if self._outer is not None:
+            self._outer(steps)
         self._left -= steps
         if self._left < 0:
             raise NoExactComplement
@@ -72,7 +79,7 @@ def _kept(node: dict[str, Any], values: list[Any], budget: Budget) -> dict[str, 
         return node
     try:
         kept = [value for value in values if not holds(value, node["not"], budget)]
-    except (NoExactComplement, RecursionError):
+    except (NoExactComplement, TooCostly, RecursionError):
         return node
     rest = {key: value for key, value in node.items() if key != "not"}
     return {**rest, "allOf": [*rest.get("allOf", []), {"enum": kept} if kept else False]}
@@ -85,7 +92,8 @@ def holds(value: Any, schema: Any, budget: Budget) -> bool:
     budget.spend(1)
     if isinstance(schema, bool):
         return schema
-    if not isinstance(schema, dict) or not schema.keys() <= _KNOWN:
+    # A key no draft defines (a project's own) is ignored by the validator, and here.
+    if not isinstance(schema, dict) or any(key in KEYWORDS and key not in _KNOWN for key in schema):
         raise NoExactComplement
     if not _scalar_holds(value, {key: item for key, item in schema.items() if key in JUDGED}, budget):
         return False
@@ -108,10 +116,9 @@ def _scalar_holds(value: Any, scalar: dict[str, Any], budget: Budget) -> bool:
     pattern = scalar.get("pattern")
     if pattern is not None:
         _compiled(pattern)
-        budget.spend(search_cost(value, scalar))
     if not judged_alone(scalar):
         raise NoExactComplement
-    return satisfies(value, scalar)
+    return satisfies(value, scalar, budget.searcher)
 
 
 def _compiled(pattern: Any) -> re.Pattern[str]:
@@ -153,8 +160,7 @@ def _object_holds(value: dict[str, Any], schema: dict[str, Any], budget: Budget)
 
 
 def _found(pattern: re.Pattern[str], key: str, budget: Budget) -> bool:
-    budget.spend(search_cost(key, {"pattern": pattern.pattern}))
-    return pattern.search(key) is not None
+    return budget.searcher.found(pattern.pattern, key)
 
 
 def _array_holds(value: list[Any], schema: dict[str, Any], budget: Budget) -> bool:

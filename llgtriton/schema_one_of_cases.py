@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from llgtriton.json_schemas import named_values, rewritten
-from llgtriton.schema_judge import judged_alone, satisfies, search_cost
 from llgtriton.schema_not import complement
-from llgtriton.schema_one_of import OneOfProof, ProofOverBudget
+from llgtriton.schema_not_within import Budget, holds
+from llgtriton.schema_one_of import MAX_SEARCH_COST, OneOfProof, ProofOverBudget
+from llgtriton.schema_regex import TooCostly
 from llgtriton.schema_values import NoExactComplement
 
 
@@ -64,12 +65,15 @@ def _complement_within(proof: OneOfProof, branch: Any, within: Any) -> Any:
         raise NoExactComplement
     proof.spend(_size(target))
     named = named_values(within)
-    if named is not None and judged_alone(target):
+    if named is not None:
         # Within a branch of finitely many values, the complement is those the other one rejects.
-        for value in named:
-            proof.spend(search_cost(value, target))
-        kept = [value for value in named if not satisfies(value, target)]
-        return {"enum": kept} if kept else False
+        budget = Budget(MAX_SEARCH_COST, proof.spend)
+        try:
+            kept = [value for value in named if not holds(value, target, budget)]
+        except (NoExactComplement, TooCostly, RecursionError):
+            kept = None
+        if kept is not None:
+            return {"enum": kept} if kept else False
     return complement(target, within if isinstance(within, dict) else None, root=proof.root)
 
 
