@@ -5,7 +5,8 @@ Where a schema (or one of its ``allOf`` entries, which must all hold) is a ``con
 entries, then holds exactly for the values of ``V`` that ``N`` rejects, so it becomes
 ``enum: [v in V that N rejects]`` (``false`` when there are none). That is exact wherever ``N`` can
 be judged: :func:`holds` judges objects and arrays too (``properties``, ``patternProperties``,
-``additionalProperties``, ``items`` ...), which :mod:`llgtriton.schema_not` has no complement for.
+``additionalProperties``, ``items`` ...) and ``multipleOf`` (as ``jsonschema`` computes it), which
+:mod:`llgtriton.schema_not` has no complement for.
 A ``not`` whose ``N`` holds a keyword :func:`holds` does not know (``$ref``, ``format`` ...) is
 left as it is, and llguidance's refusal names it.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 from llgtriton.json_schemas import ANNOTATIONS, named_values, rewritten
@@ -32,10 +34,11 @@ _OBJECT = frozenset(
     {"properties", "patternProperties", "additionalProperties", "required", "minProperties", "maxProperties"}
 )
 _ARRAY = frozenset({"items", "minItems", "maxItems"})
+_NUMBER = frozenset({"multipleOf"})
 _LOGIC = frozenset({"allOf", "anyOf", "oneOf", "not"})
 # Keywords that assert nothing here (definitions are read only through a $ref, which is refused).
 _INERT = ANNOTATIONS | {"$defs", "definitions", "$schema"}
-_KNOWN = JUDGED | _OBJECT | _ARRAY | _LOGIC | _INERT
+_KNOWN = JUDGED | _OBJECT | _ARRAY | _NUMBER | _LOGIC | _INERT
 
 
 class Budget:
@@ -97,6 +100,8 @@ def holds(value: Any, schema: Any, budget: Budget) -> bool:
         raise NoExactComplement
     if not _scalar_holds(value, {key: item for key, item in schema.items() if key in JUDGED}, budget):
         return False
+    if "multipleOf" in schema and not _multiple_holds(value, schema["multipleOf"]):
+        return False
     if isinstance(value, dict) and not _object_holds(value, schema, budget):
         return False
     if isinstance(value, list) and not _array_holds(value, schema, budget):
@@ -119,6 +124,27 @@ def _scalar_holds(value: Any, scalar: dict[str, Any], budget: Budget) -> bool:
     if not judged_alone(scalar):
         raise NoExactComplement
     return satisfies(value, scalar, budget.searcher)
+
+
+def _multiple_holds(value: Any, divisor: Any) -> bool:
+    """``multipleOf`` as ``jsonschema`` 4.26 judges it: a float divisor by the quotient's being whole
+    (exactly, by fractions, where the quotient overflows), an integer one by the remainder."""
+    if not isinstance(divisor, int | float) or isinstance(divisor, bool) or not divisor > 0:
+        raise NoExactComplement
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return True
+    try:
+        if isinstance(divisor, float):
+            quotient = value / divisor
+            try:
+                failed = int(quotient) != quotient
+            except OverflowError:
+                failed = (Fraction(value) / Fraction(divisor)).denominator != 1
+        else:
+            failed = bool(value % divisor)
+    except (OverflowError, ValueError):  # an integer too large for a float: the validator fails too
+        raise NoExactComplement from None
+    return not failed
 
 
 def _compiled(pattern: Any) -> re.Pattern[str]:
