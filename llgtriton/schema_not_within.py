@@ -1,14 +1,17 @@
 """``not`` within finitely many values: the values it keeps, judged one by one.
 
 Where a schema (or one of its ``allOf`` entries, which must all hold) is a ``const`` or an ``enum``
-``V``, an instance is one of ``V``; a ``not: N`` in that schema, or in another of its ``allOf``
-entries, then holds exactly for the values of ``V`` that ``N`` rejects, so it becomes
-``enum: [v in V that N rejects]`` (``false`` when there are none). That is exact wherever ``N`` can
-be judged: :func:`holds` judges objects and arrays too (``properties``, ``patternProperties``,
-``additionalProperties``, ``items`` ...) and ``multipleOf`` (as ``jsonschema`` computes it), which
-:mod:`llgtriton.schema_not` has no complement for.
-A ``not`` whose ``N`` holds a keyword :func:`holds` does not know (``$ref``, ``format`` ...) is
-left as it is, and llguidance's refusal names it.
+``V``, or a ``type: integer`` between two bounds (at most :data:`MAX_INTEGERS` of them; ``V``: that
+run of integers, which ``jsonschema`` finds equal to ``3.0`` as to ``3``), an instance is one of
+``V``; a ``not: N`` in that schema, or in another of its ``allOf`` entries, then holds exactly for
+the values of ``V`` that ``N`` rejects, so it becomes ``enum: [v in V that N rejects]`` (``false``
+when there are none). That is exact wherever ``N`` can be judged: :func:`holds` judges objects and
+arrays too (``properties``, ``patternProperties``, ``additionalProperties``, ``items`` ...) and
+``multipleOf`` (as ``jsonschema`` computes it), which :mod:`llgtriton.schema_not` has no complement
+for. A ``not`` whose ``N`` holds a keyword :func:`holds` does not know (``$ref``, ``format`` ...) is
+left as it is, and llguidance's refusal names it. This runs before :mod:`llgtriton.schema_not`
+writes complements: a ``not`` among named values is always written out exactly here, where its
+complement (``not: {not: {patternProperties}}`` is the ``patternProperties``) may not compile.
 
 Patterns are searched as :mod:`llgtriton.schema_judge` does (``re.search``'s answer, its steps
 counted); the judging spends a bounded budget (:data:`MAX_STEPS`), past which the ``not`` is left
@@ -17,6 +20,7 @@ as it is.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from fractions import Fraction
@@ -29,6 +33,9 @@ from llgtriton.schema_values import NoExactComplement
 
 # Values judged times the steps of each: a schema is rewritten once per compile.
 MAX_STEPS = 100_000
+MAX_INTEGERS = 1_000  # a run of integers read as values (each written out again where a not keeps it)
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_BOOLEAN_EXCLUSIVE_DRAFTS = ("draft-03/", "draft-04/")
 _TYPE_NAMES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
 _OBJECT = frozenset(
     {"properties", "patternProperties", "additionalProperties", "required", "minProperties", "maxProperties"}
@@ -61,19 +68,41 @@ def not_within_values(schema: Any) -> Any:
     """``schema`` with every ``not`` that sits among named values written as the values it keeps;
     the schema is not changed."""
     budget = Budget()
-    return rewritten(schema, lambda node: _within(node, budget))
+    uri = schema.get("$schema") if isinstance(schema, dict) else None
+    old = isinstance(uri, str) and any(draft in uri for draft in _BOOLEAN_EXCLUSIVE_DRAFTS)
+    return rewritten(schema, lambda node: _within(node, budget, old))
 
 
-def _within(node: dict[str, Any], budget: Budget) -> dict[str, Any]:
+def _within(node: dict[str, Any], budget: Budget, old: bool) -> dict[str, Any]:
     earlier = node.get("allOf", [])
     if not isinstance(earlier, list):
         return node
-    named = [values for values in (named_values(node), *map(named_values, earlier)) if values is not None]
+    named = [values for values in (_finite(entry, old) for entry in (node, *earlier)) if values is not None]
     if not named:
         return node
     values = min(named, key=len)  # any one of them bounds the instance: the fewest judge fastest
     entries = [_kept(entry, values, budget) if isinstance(entry, dict) else entry for entry in earlier]
     return _kept({**node, "allOf": entries} if entries else node, values, budget)
+
+
+def _finite(schema: Any, old: bool) -> list[Any] | None:
+    """The values ``schema`` allows, where it names them or they are a short run of integers
+    (``type: integer`` between two bounds): an instance it accepts is one of them (of the integers,
+    more where a bound is read as inclusive: in drafts 3 and 4, ``exclusiveMinimum: true`` makes
+    ``minimum`` exclusive, and ``exclusiveMinimum`` is no bound of its own, so there it is not read)."""
+    named = named_values(schema)
+    if named is not None or not isinstance(schema, dict) or schema.get("type") not in ("integer", ["integer"]):
+        return named
+    bounds = {key: schema[key] for key in _BOUNDS if key in schema and not (old and key.startswith("exclusive"))}
+    if not all(isinstance(bound, int | float) and not isinstance(bound, bool) for bound in bounds.values()):
+        return None
+    lows = [math.ceil(bounds["minimum"])] if "minimum" in bounds else []
+    lows += [math.floor(bounds["exclusiveMinimum"]) + 1] if "exclusiveMinimum" in bounds else []
+    highs = [math.floor(bounds["maximum"])] if "maximum" in bounds else []
+    highs += [math.ceil(bounds["exclusiveMaximum"]) - 1] if "exclusiveMaximum" in bounds else []
+    if not lows or not highs or min(highs) - max(lows) >= MAX_INTEGERS:
+        return None
+    return list(range(max(lows), min(highs) + 1))
 
 
 def _kept(node: dict[str, Any], values: list[Any], budget: Budget) -> dict[str, Any]:

@@ -78,6 +78,11 @@ SCHEMAS: list[dict[str, Any]] = [
     {"type": "array", "items": {"enum": NAMED[:6], "not": JUDGED[2]}},  # deeper in the schema
     {"allOf": [{"enum": NUMBERS}, {"not": {"anyOf": [{"multipleOf": 2}, {"multipleOf": 1.5}]}}]},
     {"allOf": [{"enum": [3]}, {"not": {"allOf": [{"multipleOf": 2}], "anyOf": [{"multipleOf": 3}]}}]},
+    # a short run of integers is finitely many values (bounds from both sides, 3.0 equal to 3)
+    {"type": "integer", "minimum": -2.5, "exclusiveMaximum": 6, "not": {"anyOf": [{"multipleOf": 2}, {"const": 3}]}},
+    {"allOf": [{"type": "integer", "exclusiveMinimum": -3, "maximum": 2}, {"not": {"multipleOf": 1.5}}]},
+    # within another schema, beside a not it keeps values of (the overlapping patterns: not compiled)
+    {"allOf": [{"enum": NAMED}, {"not": {"not": {"patternProperties": {"a*": {"type": "integer"}, "aa*": {}}}}}]},
 ]
 
 
@@ -113,7 +118,21 @@ REFUSED = [
     {"allOf": [{"enum": [[1, 2]]}, {"not": {"items": [{"type": "integer"}], "pattern": "a"}}]},  # a tuple
     {"allOf": [{"enum": [{"a": 1}]}, {"not": {"propertyNames": {"pattern": "a"}, "pattern": "a"}}]},
     {"allOf": [{"enum": [1, 2]}, {"not": {"multipleOf": 0}}]},  # not a valid divisor
+    {"type": "integer", "minimum": 0, "maximum": 5000, "not": {"multipleOf": 3}},  # too many integers
+    {"type": "integer", "minimum": 0, "not": {"multipleOf": 3}},  # unbounded
+    {"type": ["integer", "string"], "minimum": 0, "maximum": 3, "not": {"multipleOf": 3}},  # strings too
 ]
+
+
+def test_drafts_with_boolean_exclusive_bounds_read_the_others_only() -> None:
+    """In draft 4, a numeric exclusiveMaximum only makes maximum exclusive: values up to the maximum
+    are kept as candidates (more than the schema allows, which it still says)."""
+    negated = {"multipleOf": 2}
+    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer", "minimum": 0}
+    schema = {**draft4, "maximum": 4, "exclusiveMaximum": 1, "not": negated}
+    assert not_within_values(schema)["allOf"] == [{"enum": [1, 3]}]
+    later = {**schema, "$schema": "https://json-schema.org/draft/2020-12/schema"}
+    assert not_within_values(later)["allOf"] == [False]  # exclusiveMaximum 1: 0 only, a multiple of 2
 
 
 @pytest.mark.parametrize("schema", REFUSED, ids=str)
