@@ -48,6 +48,8 @@ SCALAR_BRANCHES = [
     {"oneOf": [{"type": "string", "pattern": "^https?://"}, {"type": "string", "pattern": "^\\./"}]},
     {"type": "string", "oneOf": [{"pattern": "^No -"}, {"pattern": "^Primary -"}]},  # strings only: prefixes
     {"oneOf": [{"type": "boolean"}, {"const": True}, {"type": "string", "enum": ["Yes", "no"]}]},
+    # named values within a branch of anyOf (judged as the validator does: the values it rejects)
+    {"oneOf": [{"enum": ["ab", "zz", 1, 5.5]}, {"anyOf": [{"type": "string", "pattern": "^a"}, {"type": "integer"}]}]},
 ]
 
 
