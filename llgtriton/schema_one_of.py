@@ -68,6 +68,7 @@ class _Branch:
     required_schemas: tuple[tuple[str, Any], ...] = ()  # of its required properties: their schemas
     pattern: str | None = None
     schema: Any = None  # the branch itself, its $refs followed
+    property_schemas: tuple[tuple[str, Any], ...] = ()  # of every property it declares: its schema
 
 
 class OneOfProof:
@@ -150,6 +151,7 @@ class OneOfProof:
             tuple((name, properties[name]) for name in sorted(required & properties.keys())),
             schema.get("pattern") if isinstance(schema.get("pattern"), str) else None,
             schema,
+            tuple(properties.items()),
         )
 
     def types(self, schema: Any, nesting: int = 0) -> frozenset[str]:
@@ -217,18 +219,23 @@ class OneOfProof:
             return False
 
     def _apart_by_a_property(self, first: _Branch, second: _Branch) -> bool:
-        """Both require a property whose schemas are disjoint (read a few levels deep at most)."""
+        """One requires a property the other declares, and their schemas for it are disjoint (read a
+        few levels deep at most): an object both accept holds it, and its value would match both."""
         if self._nesting >= _MAX_NESTING:
             return False
-        theirs = dict(second.required_schemas)
         self._nesting += 1
         try:
-            return any(
-                name in theirs and self.disjoint(self.branch(schema), self.branch(theirs[name]))
-                for name, schema in first.required_schemas
-            )
+            return self._required_apart(first, second) or self._required_apart(second, first)
         finally:
             self._nesting -= 1
+
+    def _required_apart(self, first: _Branch, second: _Branch) -> bool:
+        theirs = dict(second.property_schemas)
+        self.spend(len(first.required_schemas))
+        return any(
+            name in theirs and self.disjoint(self.branch(schema), self.branch(theirs[name]))
+            for name, schema in first.required_schemas
+        )
 
 
 def every_one_of_is_disjoint(root: Any) -> bool:

@@ -83,6 +83,27 @@ def test_objects_told_apart_by_a_property_one_requires_and_the_other_forbids(ins
     assert_grammar_agrees(BY_FORBIDDEN, instance)
 
 
+BY_A_DECLARED_PROPERTY: dict[str, Any] = {  # one requires y as a string; the other, if y is there, an integer
+    "oneOf": [
+        {"type": "object", "properties": {"y": {"type": "string"}}, "required": ["y"]},
+        {"type": "object", "properties": {"y": {"type": "integer"}, "z": {"type": "string"}}, "required": ["z"]},
+    ]
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(objects_in_order(["y", "z"], st.integers(0, 2) | st.sampled_from(["", "a"])) | st.integers())
+def test_objects_told_apart_by_a_property_one_requires_and_the_other_declares(instance: Any) -> None:
+    assert every_one_of_is_disjoint(BY_A_DECLARED_PROPERTY)
+    assert_grammar_agrees(BY_A_DECLARED_PROPERTY, instance)
+
+
+def test_a_property_neither_requires_tells_nothing_apart() -> None:
+    """{} matches both: y is declared apart, but neither requires it."""
+    branches = [{**branch, "required": []} for branch in BY_A_DECLARED_PROPERTY["oneOf"]]
+    assert not every_one_of_is_disjoint({"oneOf": branches})
+
+
 BY_PATTERNS: dict[str, Any] = {  # strings no two patterns find both (their automata, side by side)
     "type": "string",
     "oneOf": [
