@@ -77,6 +77,8 @@ def _within(node: dict[str, Any], budget: Budget, old: bool) -> dict[str, Any]:
     earlier = node.get("allOf", [])
     if not isinstance(earlier, list):
         return node
+    if "not" not in node and not any(isinstance(entry, dict) and "not" in entry for entry in earlier):
+        return node  # nothing to write out (and no run of integers to spell)
     named = [values for values in (_finite(entry, old) for entry in (node, *earlier)) if values is not None]
     if not named:
         return node
