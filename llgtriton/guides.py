@@ -237,7 +237,7 @@ def _exact_schema(schema: Any) -> tuple[dict[str, Any], JsonCompileOptions]:
     schema = stray_refs_into_defs(root_ref_into_defs(schema))
     schema = annotations_only(schema, lambda name: logger.info("format %r is an annotation, not asserted", name))
     schema = property_names_written_out(ref_siblings_ignored(schema))
-    schema = not_within_values(not_as_complement(dependencies_as_any_of(schema)))
+    schema = not_as_complement(not_within_values(dependencies_as_any_of(schema)))
     schema = min_properties_as_cases(one_of_types_narrowed(schema))
     cases = one_of_as_cases(schema)
     if cases != schema and not _one_of_served_alone(schema):

@@ -4,15 +4,21 @@ the facts the ``oneOf`` proof (:mod:`llgtriton.schema_one_of`) reads off its bra
 :func:`satisfies` judges only the keywords of :data:`JUDGED` (a schema with any other is not
 judged alone) as the ``jsonschema`` validator does: ``pattern`` with Python's ``re.search``, lengths
 in code points, 1 and 1.0 equal, ``true`` and 1 not. Python's ``re`` backtracks, so the proof pays
-for each search (:func:`search_cost`) out of its bounded budget.
+for each search out of its bounded budget: a :class:`PatternSearch` runs a pattern that is regular
+(:mod:`llgtriton.schema_regex`) as an automaton and pays the steps it takes; any other is searched
+with ``re`` and paid at :func:`search_cost`, a bound on backtracking, before it runs.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from llgtriton.json_schemas import ANNOTATIONS
+from llgtriton.schema_regex import TooCostly, compile_work, search
+
+MAX_SEARCH_STEPS = 50_000  # one search's steps, past which it stops (TooCostly) and proves nothing
 
 JUDGED = frozenset(
     {
@@ -65,8 +71,47 @@ def search_cost(value: Any, schema: dict[str, Any]) -> int:
     return steps + len(pattern)
 
 
-def satisfies(value: Any, schema: dict[str, Any]) -> bool:
-    """Whether ``value`` is valid against ``schema`` (:func:`judged_alone` must hold); True when unsure."""
+class PatternSearch:
+    """``re.search`` with its steps paid by ``spend``, each search at most :data:`MAX_SEARCH_STEPS`
+    (past which it raises :class:`TooCostly`); a pattern's automaton is paid for once."""
+
+    def __init__(self, spend: Callable[[int], None]) -> None:
+        self._spend = spend
+        self._paid: set[str] = set()
+
+    def found(self, pattern: str, text: str) -> bool:
+        """Whether ``re.search(pattern, text)`` finds a match; raises ``re.error`` for a pattern
+        ``re`` does not compile."""
+        program, work = compile_work(pattern)
+        if pattern not in self._paid:
+            self._spend(work)
+            self._paid.add(pattern)
+        if program is None:
+            cost = search_cost(text, {"pattern": pattern})
+            if cost > MAX_SEARCH_STEPS:
+                raise TooCostly from None
+            self._spend(cost)
+            return re.search(pattern, text) is not None
+        return search(program, text, self.capped())
+
+    def capped(self) -> Callable[[int], None]:
+        """``spend``, raising :class:`TooCostly` once one search has spent :data:`MAX_SEARCH_STEPS`."""
+        spent = 0
+
+        def spend(steps: int) -> None:
+            nonlocal spent
+            spent += steps
+            if spent > MAX_SEARCH_STEPS:
+                raise TooCostly
+            self._spend(steps)
+
+        return spend
+
+
+def satisfies(value: Any, schema: dict[str, Any], searcher: PatternSearch | None = None) -> bool:
+    """Whether ``value`` is valid against ``schema`` (:func:`judged_alone` must hold); True when unsure.
+    A ``pattern`` is searched by ``searcher`` (or, without one, by ``re``: the caller has paid
+    :func:`search_cost`)."""
     declared = schema.get("type")
     if declared is not None:
         names = [declared] if isinstance(declared, str) else declared
@@ -78,7 +123,7 @@ def satisfies(value: Any, schema: dict[str, Any]) -> bool:
     if isinstance(enum, list) and not any(_equal(value, item) for item in enum):
         return False
     if isinstance(value, str):
-        return _string_satisfies(value, schema)
+        return _string_satisfies(value, schema, searcher)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return _number_satisfies(value, schema)
     return True
@@ -190,13 +235,15 @@ def _equal(first: Any, second: Any) -> bool:
     return (numbers or type(first) is type(second)) and first == second
 
 
-def _string_satisfies(value: str, schema: dict[str, Any]) -> bool:
+def _string_satisfies(value: str, schema: dict[str, Any], searcher: PatternSearch | None) -> bool:
     if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", len(value)):
         return False
     pattern = schema.get("pattern")
     if not isinstance(pattern, str):
         return True
     try:
+        if searcher is not None:
+            return searcher.found(pattern, value)
         return re.search(pattern, value) is not None
     except re.error:
         return True

@@ -7,7 +7,14 @@ that option and nothing is approximated. Two branches are disjoint here when
 
 - the JSON types they admit do not meet (``integer`` counts as a ``number``), or
 - both admit only objects, and a property both require has a ``const``/``enum`` in each whose
-  values do not meet (a discriminator), or one requires a property the other forbids.
+  values do not meet (a discriminator), or one requires a property the other forbids;
+- both admit only strings, and no string is found by both patterns (their automata explored side
+  by side, :func:`llgtriton.schema_regex.disjoint`; literal prefixes or suffixes that differ are
+  the quick case);
+- one admits only named values (``const``/``enum``) none of which the other accepts, judged as the
+  validator does (:func:`llgtriton.schema_judge.satisfies`, or
+  :func:`llgtriton.schema_not_within.holds` for a branch of ``anyOf``/``allOf``/``not`` such as the
+  complement a ``not`` is rewritten to).
 
 Anything else (patterns, ``required``-only branches, ``allOf``, remote ``$ref``s) is not proven,
 and the schema stays a 400 naming ``oneOf``. ``$ref``s to the schema's own parts are followed; a
@@ -26,7 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from llgtriton.json_schemas import local_target, subschemas
-from llgtriton.schema_judge import judged_alone, literal_prefix, literal_suffix, satisfies, search_cost
+from llgtriton.schema_judge import PatternSearch, judged_alone, literal_prefix, literal_suffix, satisfies
+from llgtriton.schema_not_within import Budget, holds
+from llgtriton.schema_regex import TooCostly, compile_work, disjoint
+from llgtriton.schema_values import NoExactComplement
 
 _TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
 _MAX_REFS = 32  # $refs followed to reach one branch's own keywords
@@ -56,6 +66,9 @@ class _Branch:
     named: tuple[Any, ...] | None = None  # the only values it admits (const, enum)
     simple: dict[str, Any] | None = None  # the branch, where values.satisfies can judge a value by it
     required_schemas: tuple[tuple[str, Any], ...] = ()  # of its required properties: their schemas
+    pattern: str | None = None
+    schema: Any = None  # the branch itself, its $refs followed
+    property_schemas: tuple[tuple[str, Any], ...] = ()  # of every property it declares: its schema
 
 
 class OneOfProof:
@@ -68,6 +81,7 @@ class OneOfProof:
         self._branches: dict[int, tuple[Any, _Branch | None]] = {}
         self._nesting = 0
         self._types: dict[tuple[int, int], tuple[Any, frozenset[str]]] = {}
+        self.searcher = PatternSearch(self.spend)
 
     @property
     def root(self) -> Any:
@@ -135,6 +149,9 @@ class OneOfProof:
             admitted,
             schema if judged_alone(schema) else None,
             tuple((name, properties[name]) for name in sorted(required & properties.keys())),
+            schema.get("pattern") if isinstance(schema.get("pattern"), str) else None,
+            schema,
+            tuple(properties.items()),
         )
 
     def types(self, schema: Any, nesting: int = 0) -> frozenset[str]:
@@ -170,7 +187,9 @@ class OneOfProof:
         if not first.types & second.types & within:
             return True
         if (first.types | second.types) & within <= {"string"} and (
-            _prefixes_differ(first.prefix, second.prefix) or _suffixes_differ(first.suffix, second.suffix)
+            _prefixes_differ(first.prefix, second.prefix)
+            or _suffixes_differ(first.suffix, second.suffix)
+            or self._patterns_apart(first.pattern, second.pattern)
         ):
             return True
         if _apart_by_values(self, first, second) or _apart_by_values(self, second, first):
@@ -185,19 +204,38 @@ class OneOfProof:
             or self._apart_by_a_property(first, second)
         )
 
+    def _patterns_apart(self, first: str | None, second: str | None) -> bool:
+        """No string is found by both patterns (:func:`llgtriton.schema_regex.disjoint`), proven within
+        :data:`MAX_SEARCH_COST` steps."""
+        if first is None or second is None:
+            return False
+        (mine, work), (theirs, more) = compile_work(first), compile_work(second)
+        self.spend(work + more)
+        if mine is None or theirs is None:
+            return False
+        try:
+            return disjoint(mine, theirs, self.searcher.capped())
+        except TooCostly:
+            return False
+
     def _apart_by_a_property(self, first: _Branch, second: _Branch) -> bool:
-        """Both require a property whose schemas are disjoint (read a few levels deep at most)."""
+        """One requires a property the other declares, and their schemas for it are disjoint (read a
+        few levels deep at most): an object both accept holds it, and its value would match both."""
         if self._nesting >= _MAX_NESTING:
             return False
-        theirs = dict(second.required_schemas)
         self._nesting += 1
         try:
-            return any(
-                name in theirs and self.disjoint(self.branch(schema), self.branch(theirs[name]))
-                for name, schema in first.required_schemas
-            )
+            return self._required_apart(first, second) or self._required_apart(second, first)
         finally:
             self._nesting -= 1
+
+    def _required_apart(self, first: _Branch, second: _Branch) -> bool:
+        theirs = dict(second.property_schemas)
+        self.spend(len(first.required_schemas))
+        return any(
+            name in theirs and self.disjoint(self.branch(schema), self.branch(theirs[name]))
+            for name, schema in first.required_schemas
+        )
 
 
 def every_one_of_is_disjoint(root: Any) -> bool:
@@ -318,17 +356,18 @@ def _named(schema: dict[str, Any]) -> tuple[Any, ...] | None:
 
 
 def _apart_by_values(proof: OneOfProof, first: _Branch, second: _Branch) -> bool:
-    """``first`` admits only values that ``second``, a schema judged alone, rejects."""
-    if first.named is None or second.simple is None:
+    """``first`` admits only values that ``second`` rejects, each judged as the validator does
+    (:func:`llgtriton.schema_judge.satisfies`, or :func:`llgtriton.schema_not_within.holds` for a
+    branch of ``allOf``/``anyOf``/``not``, objects or arrays)."""
+    if first.named is None:
         return False
-    for value in first.named:
-        cost = search_cost(value, second.simple)
-        if cost > MAX_SEARCH_COST:
-            return False  # not proven: one search could spend the whole budget
-        proof.spend(cost)
-        if satisfies(value, second.simple):
-            return False
-    return True
+    try:
+        if second.simple is not None:
+            return not any(satisfies(value, second.simple, proof.searcher) for value in first.named)
+        budget = Budget(MAX_SEARCH_COST, proof.spend)
+        return not any(holds(value, second.schema, budget) for value in first.named)
+    except (TooCostly, NoExactComplement, RecursionError):
+        return False  # not proven
 
 
 def _suffixes_differ(first: str | None, second: str | None) -> bool:

@@ -17,11 +17,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from llgtriton.json_schemas import named_values, rewritten
-from llgtriton.schema_judge import judged_alone, satisfies, search_cost
+from llgtriton.json_schemas import ANNOTATIONS, named_values, rewritten
 from llgtriton.schema_not import complement
-from llgtriton.schema_one_of import OneOfProof, ProofOverBudget
+from llgtriton.schema_not_within import Budget, holds
+from llgtriton.schema_one_of import MAX_SEARCH_COST, OneOfProof, ProofOverBudget
+from llgtriton.schema_regex import TooCostly
 from llgtriton.schema_values import NoExactComplement
+
+MAX_REFS = 32  # $refs followed to reach one branch's own keywords
+_NOT_ASSERTING = ANNOTATIONS | {"$ref", "$defs", "definitions", "$schema", "$id", "id", "$anchor"}
+# Keywords whose verdict depends on siblings: equal in both branches, or the difference is not read.
+_READ_TOGETHER = (
+    *("properties", "patternProperties", "additionalProperties", "items", "additionalItems", "prefixItems"),
+    *("contains", "minContains", "maxContains", "if", "then", "else", "minimum", "maximum"),
+    *("exclusiveMinimum", "exclusiveMaximum", "$dynamicAnchor", "$recursiveAnchor"),
+)
+_READS_ALL = frozenset({"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"})
 
 
 def one_of_as_cases(schema: Any) -> Any:
@@ -59,18 +70,64 @@ def _as_cases(node: dict[str, Any], proof: OneOfProof) -> dict[str, Any]:
 
 
 def _complement_within(proof: OneOfProof, branch: Any, within: Any) -> Any:
-    target = proof.resolve(branch)
-    if target is None:
-        raise NoExactComplement
+    target = _whole(proof, branch)
     proof.spend(_size(target))
     named = named_values(within)
-    if named is not None and judged_alone(target):
+    if named is not None:
         # Within a branch of finitely many values, the complement is those the other one rejects.
-        for value in named:
-            proof.spend(search_cost(value, target))
-        kept = [value for value in named if not satisfies(value, target)]
-        return {"enum": kept} if kept else False
-    return complement(target, within if isinstance(within, dict) else None, root=proof.root)
+        budget = Budget(MAX_SEARCH_COST, proof.spend)
+        try:
+            kept = [value for value in named if not holds(value, target, budget)]
+        except (NoExactComplement, TooCostly, RecursionError):
+            kept = None
+        if kept is not None:
+            return {"enum": kept} if kept else False
+    around = within if isinstance(within, dict) else None
+    try:
+        return complement(target, around, root=proof.root)
+    except NoExactComplement:
+        beyond = _beyond(within, target)
+        if beyond is None:
+            raise
+        return complement(beyond, around, root=proof.root)
+
+
+def _whole(proof: OneOfProof, branch: Any) -> Any:
+    """``branch`` with its local ``$ref``s followed, and the keywords beside each kept (from draft
+    2019-09 on they apply too; older drafts' were dropped before): ``allOf`` of the two."""
+    siblings = []
+    for _ in range(MAX_REFS):
+        if not (isinstance(branch, dict) and isinstance(branch.get("$ref"), str)):
+            break
+        beside = {key: value for key, value in branch.items() if key not in _NOT_ASSERTING}
+        if beside:
+            siblings.append(beside)
+        branch = proof.resolve({"$ref": branch["$ref"]})
+    else:
+        raise NoExactComplement
+    if branch is None:
+        raise NoExactComplement
+    return {"allOf": [branch, *siblings]} if siblings else branch
+
+
+def _beyond(within: Any, target: Any) -> dict[str, Any] | None:
+    """What ``target`` asserts beyond ``within``, where every other keyword of ``target`` is in
+    ``within`` as it is and judges alike there: then, for an instance ``within`` accepts, ``target``
+    holds exactly where those keywords do. None where that is not shown: a keyword that reads its
+    siblings (``additionalProperties`` reads ``properties``; ``unevaluatedProperties`` reads them
+    all) differs, or either holds one that reads every other keyword."""
+    if not (isinstance(within, dict) and isinstance(target, dict)):
+        return None
+    if (within.keys() | target.keys()) & _READS_ALL:
+        return None
+    beyond = {
+        key: value
+        for key, value in target.items()
+        if key not in _NOT_ASSERTING and (key not in within or within[key] != value)
+    }
+    if any(within.get(key) != target.get(key) for key in _READ_TOGETHER):
+        return None
+    return beyond
 
 
 def _size(schema: Any) -> int:

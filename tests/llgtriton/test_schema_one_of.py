@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
+from llgtriton.schema_not import not_as_complement
 from llgtriton.schema_one_of import WORK_BUDGET, every_one_of_is_disjoint
 from tests.llgtriton.matching import assert_grammar_agrees, objects_in_order
 
@@ -82,6 +83,57 @@ def test_objects_told_apart_by_a_property_one_requires_and_the_other_forbids(ins
     assert_grammar_agrees(BY_FORBIDDEN, instance)
 
 
+BY_A_DECLARED_PROPERTY: dict[str, Any] = {  # one requires y as a string; the other, if y is there, an integer
+    "oneOf": [
+        {"type": "object", "properties": {"y": {"type": "string"}}, "required": ["y"]},
+        {"type": "object", "properties": {"y": {"type": "integer"}, "z": {"type": "string"}}, "required": ["z"]},
+    ]
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(objects_in_order(["y", "z"], st.integers(0, 2) | st.sampled_from(["", "a"])) | st.integers())
+def test_objects_told_apart_by_a_property_one_requires_and_the_other_declares(instance: Any) -> None:
+    assert every_one_of_is_disjoint(BY_A_DECLARED_PROPERTY)
+    assert_grammar_agrees(BY_A_DECLARED_PROPERTY, instance)
+
+
+def test_a_property_neither_requires_tells_nothing_apart() -> None:
+    """{} matches both: y is declared apart, but neither requires it."""
+    branches = [{**branch, "required": []} for branch in BY_A_DECLARED_PROPERTY["oneOf"]]
+    assert not every_one_of_is_disjoint({"oneOf": branches})
+
+
+BY_PATTERNS: dict[str, Any] = {  # strings no two patterns find both (their automata, side by side)
+    "type": "string",
+    "oneOf": [
+        {"pattern": "^[0-9]+s$"},
+        {"pattern": "^[0-9]+ms$"},
+        {"pattern": "^(?:(?:>=|<)[0-9]+\\.[0-9]+\\s*)+$"},
+        {"enum": ["any", ""]},  # named values, none of which another branch finds
+    ],
+}
+BY_COMPLEMENT: dict[str, Any] = {  # named values, and a branch of every other value (not judged alone)
+    "$defs": {"kinds": {"enum": ["Float", "Text", 3]}, "others": {"not": {"$ref": "#/$defs/kinds"}}},
+    "oneOf": [{"$ref": "#/$defs/kinds"}, {"$ref": "#/$defs/others"}],
+}
+pattern_text = st.text(alphabet="0129ms<>=. ", max_size=8) | st.sampled_from(["12s", "3ms", ">=1.5 <2.0", "any", ""])
+
+
+@settings(max_examples=200, deadline=None)
+@given(pattern_text)
+def test_strings_told_apart_by_patterns_no_string_matches_twice(instance: str) -> None:
+    assert every_one_of_is_disjoint(BY_PATTERNS)
+    assert_grammar_agrees(BY_PATTERNS, instance)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values | st.sampled_from(["Float", "Text", "Floa", "Texts", 3, 3.5]))
+def test_named_values_apart_from_a_branch_of_every_other_value(instance: Any) -> None:
+    assert every_one_of_is_disjoint(not_as_complement(BY_COMPLEMENT))  # as the compile reads it
+    assert_grammar_agrees(BY_COMPLEMENT, instance)
+
+
 MAY_OVERLAP = [
     [{"type": "string"}, {"type": "string", "maxLength": 3}],  # "ab" matches both
     [{"required": ["a"]}, {"required": ["b"]}],  # {"a": 1, "b": 2} matches both; a string matches both
@@ -114,6 +166,10 @@ def test_branches_that_may_overlap_are_served_as_exact_cases(branches: list[Any]
     [
         [{"type": "integer"}, {"type": "number"}],  # 1 matches both; no schema says "not an integer"
         [{"$ref": "#/$defs/missing"}, {"type": "null"}],  # a branch that cannot be read proves nothing
+        [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}],  # "ab" matches both
+        [{"type": "string", "pattern": "^\\d$"}, {"type": "string", "pattern": "^\\s$"}],  # categories: not shown apart
+        [{"type": "string", "pattern": "^(?=a)"}, {"type": "string", "pattern": "^b"}],  # a lookahead is not read
+        [{"type": "string", "pattern": "^a$"}, {"type": "string", "pattern": "^a\\n"}],  # "a\n": $ before a newline
     ],
 )
 def test_branches_that_may_overlap_without_a_complement_stay_refused_naming_one_of(branches: list[Any]) -> None:

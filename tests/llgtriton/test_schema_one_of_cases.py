@@ -48,6 +48,8 @@ SCALAR_BRANCHES = [
     {"oneOf": [{"type": "string", "pattern": "^https?://"}, {"type": "string", "pattern": "^\\./"}]},
     {"type": "string", "oneOf": [{"pattern": "^No -"}, {"pattern": "^Primary -"}]},  # strings only: prefixes
     {"oneOf": [{"type": "boolean"}, {"const": True}, {"type": "string", "enum": ["Yes", "no"]}]},
+    # named values within a branch of anyOf (judged as the validator does: the values it rejects)
+    {"oneOf": [{"enum": ["ab", "zz", 1, 5.5]}, {"anyOf": [{"type": "string", "pattern": "^a"}, {"type": "integer"}]}]},
 ]
 
 
@@ -71,6 +73,37 @@ def test_overlapping_enums_of_arrays(data: Any) -> None:
     assert_grammar_agrees(SCALAR_BRANCHES[1], data)
 
 
+CARD: dict[str, Any] = {  # a pattern, whose complement is not known, in both
+    "type": "object",
+    "properties": {"n": {"type": "string", "pattern": "^[0-9]+$"}, "id": {"type": "string"}, "k": SMALL},
+    "required": ["n"],
+}
+REFINED: list[dict[str, Any]] = [
+    # one branch is the other and more `required`: within it, the other fails only for want of those
+    {"$defs": {"card": CARD}, "oneOf": [{"$ref": "#/$defs/card"}, {**CARD, "required": ["n", "id"]}]},
+    {"$defs": {"card": CARD}, "oneOf": [{"$ref": "#/$defs/card"}, {**CARD, "required": ["id", "k"]}]},  # each adds
+    # keywords beside a $ref apply (2020-12): the complement reads them too
+    {
+        "$defs": {"n": {"type": "object", "required": ["n"]}},
+        "oneOf": [{"$ref": "#/$defs/n", "required": ["k"]}, {"required": ["id"]}],
+    },
+]
+CARD_VALUES = st.sampled_from(["1", "12", "x", "", 1])
+
+
+@pytest.mark.parametrize(
+    ("schema", "keys"), list(zip(REFINED, [["n", "id", "k"], ["n", "id", "k"], ["id", "n", "k"]], strict=True)), ids=str
+)
+@settings(max_examples=120, deadline=None)
+@given(data=st.data())
+def test_a_branch_that_refines_another_is_told_apart_by_what_it_adds(
+    schema: dict[str, Any], keys: list[str], data: Any
+) -> None:
+    """Objects with their keys in the order llguidance writes each schema's properties."""
+    instance = data.draw(objects_in_order(keys, CARD_VALUES) | st.sampled_from(["1", None, 2]))
+    assert_grammar_agrees(schema, instance)
+
+
 @pytest.mark.parametrize(
     "schema",
     [
@@ -81,6 +114,9 @@ def test_overlapping_enums_of_arrays(data: Any) -> None:
         {"oneOf": [{"pattern": "^a"}, {"pattern": "b$"}]},
         # "not an integer" is the numbers with a fraction, which have no exact schema
         {"oneOf": [{"type": "integer", "maximum": 5}, {"type": "number", "minimum": 0}]},
+        # what one adds reads its siblings (additionalProperties reads properties): not taken apart
+        {"$defs": {"card": CARD}, "oneOf": [{"$ref": "#/$defs/card"}, {**CARD, "additionalProperties": False}]},
+        {"$defs": {"card": CARD}, "oneOf": [CARD, {**CARD, "properties": {"n": {"pattern": "^1"}}}]},
     ],
     ids=str,
 )
