@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 # Keywords whose value is one schema, a list of schemas, or a map of names to schemas. Values of
@@ -95,6 +96,34 @@ def local_target(root: Any, ref: str) -> Any:
         else:
             return None
     return node
+
+
+@dataclass(frozen=True)
+class RefChain:
+    """Where a schema's chain of local ``$ref``s ends, and the keywords beside each ``$ref`` on the
+    way: from draft 2019-09 on they apply too (older drafts' are dropped before the rewrites)."""
+
+    target: Any
+    beside: tuple[dict[str, Any], ...]
+
+
+MAX_REF_CHAIN = 32  # a chain of local $refs this long is taken for a cycle
+
+
+def ref_chain(root: Any, schema: Any, most: int = MAX_REF_CHAIN) -> RefChain | None:
+    """``schema``'s chain of fewer than ``most`` local ``$ref``s into ``root``, followed; None where
+    one leads nowhere or the chain is longer (a cycle)."""
+    beside: list[dict[str, Any]] = []
+    for _ in range(most):
+        if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
+            return RefChain(schema, tuple(beside))
+        siblings = {key: value for key, value in schema.items() if key != "$ref"}
+        if siblings:
+            beside.append(siblings)
+        schema = local_target(root, schema["$ref"])
+        if schema is None:
+            return None
+    return None
 
 
 def rewritten(schema: Any, rewrite: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:

@@ -32,14 +32,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from llgtriton.json_schemas import local_target, subschemas
+from llgtriton.json_schemas import ref_chain, subschemas
 from llgtriton.schema_judge import PatternSearch, judged_alone, literal_prefix, literal_suffix, satisfies
 from llgtriton.schema_not_within import Budget, holds
 from llgtriton.schema_regex import TooCostly, compile_work, disjoint
 from llgtriton.schema_values import NoExactComplement
 
 _TYPES = frozenset({"null", "boolean", "object", "array", "string", "number"})
-_MAX_REFS = 32  # $refs followed to reach one branch's own keywords
 _MAX_NESTING = 4  # subschemas read into for a branch's types, and properties compared within properties
 # Branch pairs compared plus the names and values looked at, for a whole schema: far above real
 # schemas (the largest oneOf of JSONSchemaBench's shared set takes a few hundred), about 0.1 s.
@@ -266,12 +265,10 @@ def _schemas(root: Any) -> Iterator[dict[str, Any]]:
 
 
 def _resolve(root: Any, schema: Any) -> Any:
-    """``schema`` with its local ``$ref``s followed (None for one that cannot be)."""
-    for _ in range(_MAX_REFS):
-        if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
-            return schema
-        schema = local_target(root, schema["$ref"])
-    return None
+    """``schema`` with its local ``$ref``s followed (None for one that cannot be); the keywords beside
+    them only narrow it, which a proof that branches are apart may leave out."""
+    chain = ref_chain(root, schema)
+    return None if chain is None else chain.target
 
 
 def _types(schema: Any) -> frozenset[str]:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from llgtriton.json_schemas import ANNOTATIONS, named_values, rewritten
+from llgtriton.json_schemas import ANNOTATIONS, named_values, ref_chain, rewritten
 from llgtriton.schema_not import complement
 from llgtriton.schema_not_within import Budget, holds
 from llgtriton.schema_one_of import MAX_SEARCH_COST, OneOfProof, ProofOverBudget
 from llgtriton.schema_regex import TooCostly
 from llgtriton.schema_values import NoExactComplement
 
-MAX_REFS = 32  # $refs followed to reach one branch's own keywords
 _NOT_ASSERTING = ANNOTATIONS | {"$ref", "$defs", "definitions", "$schema", "$id", "id", "$anchor"}
 # Keywords whose verdict depends on siblings: equal in both branches, or the difference is not read.
 _READ_TOGETHER = (
@@ -93,21 +92,16 @@ def _complement_within(proof: OneOfProof, branch: Any, within: Any) -> Any:
 
 
 def _whole(proof: OneOfProof, branch: Any) -> Any:
-    """``branch`` with its local ``$ref``s followed, and the keywords beside each kept (from draft
-    2019-09 on they apply too; older drafts' were dropped before): ``allOf`` of the two."""
-    siblings = []
-    for _ in range(MAX_REFS):
-        if not (isinstance(branch, dict) and isinstance(branch.get("$ref"), str)):
-            break
-        beside = {key: value for key, value in branch.items() if key not in _NOT_ASSERTING}
-        if beside:
-            siblings.append(beside)
-        branch = proof.resolve({"$ref": branch["$ref"]})
-    else:
+    """``branch`` with its local ``$ref``s followed, and the keywords beside each kept: ``allOf`` of them."""
+    chain = ref_chain(proof.root, branch)
+    if chain is None or chain.target is None:
         raise NoExactComplement
-    if branch is None:
-        raise NoExactComplement
-    return {"allOf": [branch, *siblings]} if siblings else branch
+    siblings = [kept for kept in (_asserting(beside) for beside in chain.beside) if kept]
+    return {"allOf": [chain.target, *siblings]} if siblings else chain.target
+
+
+def _asserting(schema: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in schema.items() if key not in _NOT_ASSERTING}
 
 
 def _beyond(within: Any, target: Any) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llgtriton.json_schemas import ANNOTATIONS, local_target, rewritten
+from llgtriton.json_schemas import ANNOTATIONS, ref_chain, rewritten
 from llgtriton.schema_judge import KEYWORDS
 
 _ALL = ("array", "boolean", "integer", "null", "number", "object", "string")
@@ -48,7 +48,6 @@ _JUDGES = {
 }
 # Keys that judge nothing here (definitions are only read through a $ref).
 _INERT = frozenset({"$schema", "$id", "id", "$comment", "definitions", "$defs"}) | ANNOTATIONS
-MAX_REFS = 32  # $refs followed to read one branch
 
 
 def one_of_types_narrowed(schema: Any) -> Any:
@@ -63,7 +62,7 @@ def _narrowed(root: Any, node: dict[str, Any]) -> dict[str, Any]:
         return node
     holding: dict[str, int] = {}
     for branch in branches:
-        for kind in _held_through_refs(root, branch, MAX_REFS):
+        for kind in _held_through_refs(root, branch):
             holding[kind] = holding.get(kind, 0) + 1
     excluded = {kind for kind, count in holding.items() if count >= 2}
     if "number" in excluded:
@@ -78,16 +77,16 @@ def _narrowed(root: Any, node: dict[str, Any]) -> dict[str, Any]:
     return {**node, "type": left[0] if len(left) == 1 else left}
 
 
-def _held_through_refs(root: Any, branch: Any, refs: int) -> frozenset[str]:
-    """As :func:`_held_for_every_value`, a local ``$ref`` read at its target and beside its siblings
-    (from draft 2019-09 on, they apply too; older drafts' were dropped before)."""
-    if not (isinstance(branch, dict) and isinstance(branch.get("$ref"), str)):
-        return _held_for_every_value(branch)
-    target = local_target(root, branch["$ref"])
-    if target is None or refs <= 0:
+def _held_through_refs(root: Any, branch: Any) -> frozenset[str]:
+    """As :func:`_held_for_every_value`, a local ``$ref`` read at its target together with the
+    keywords beside each ``$ref`` on the way (all must hold)."""
+    chain = ref_chain(root, branch)
+    if chain is None:
         return frozenset()
-    siblings = {key: value for key, value in branch.items() if key != "$ref"}
-    return _held_through_refs(root, target, refs - 1) & _held_for_every_value(siblings)
+    held = _held_for_every_value(chain.target)
+    for beside in chain.beside:
+        held &= _held_for_every_value(beside)
+    return held
 
 
 def _held_for_every_value(branch: Any) -> frozenset[str]:

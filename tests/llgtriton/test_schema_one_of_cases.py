@@ -87,12 +87,19 @@ REFINED: list[dict[str, Any]] = [
         "$defs": {"n": {"type": "object", "required": ["n"]}},
         "oneOf": [{"$ref": "#/$defs/n", "required": ["k"]}, {"required": ["id"]}],
     },
+    # and beside a $ref the first one leads to
+    {
+        "$defs": {"n": {"type": "object", "required": ["n"]}, "nk": {"$ref": "#/$defs/n", "required": ["k"]}},
+        "oneOf": [{"$ref": "#/$defs/nk"}, {"required": ["id"]}],
+    },
 ]
 CARD_VALUES = st.sampled_from(["1", "12", "x", "", 1])
 
 
 @pytest.mark.parametrize(
-    ("schema", "keys"), list(zip(REFINED, [["n", "id", "k"], ["n", "id", "k"], ["id", "n", "k"]], strict=True)), ids=str
+    ("schema", "keys"),
+    list(zip(REFINED, [["n", "id", "k"], ["n", "id", "k"], ["id", "n", "k"], ["id", "n", "k"]], strict=True)),
+    ids=str,
 )
 @settings(max_examples=120, deadline=None)
 @given(data=st.data())
