@@ -19,6 +19,7 @@ request) adapts at its edge, ``backend/trtllm/hooks.py``, through
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
@@ -33,70 +34,140 @@ import torch
 from llguidance import LLMatcher, LLTokenizer
 
 from backend.errors import InvalidConstraint, Unavailable
-from backend.guidance_tokenizer import guidance_tokenizer
+from backend.guidance_tokenizer import PlainTextTokenizer, guidance_tokenizers
 from backend.masking import BitmaskApplier, CpuBitmaskApplier
 from llgtriton.guides import CompilerBusy, GuideError, llguidance_panics_refused, on_compile_thread, short
 
 logger = logging.getLogger(__name__)
 
 
-class GrammarCache:
-    """Compiled grammars, least recently used first out; a request gets a copy of the compiled matcher.
+@dataclass(frozen=True)
+class GrammarCopy:
+    """A request's own matcher for a compiled grammar, and the lane (which compiled template) it copies.
 
-    Bounded by count and by the bytes of the grammars kept (a compiled matcher grows with its
-    grammar); grammars that failed are never kept.
+    Copies of one template share llguidance's lexer state and its lock: their masks are computed one
+    at a time however many threads there are. Copies of different lanes do not wait for each other.
     """
 
-    def __init__(self, tokenizer: LLTokenizer, capacity: int = 256, max_bytes: int = 64 << 20) -> None:
+    matcher: LLMatcher
+    lane: int = 0
+
+
+@dataclass(eq=False)
+class _Compiled:
+    templates: list[LLMatcher]  # one per lane; the first compiled on the request's path, the rest spare
+    handed_out: int = 0
+    spare_pending: bool = False
+
+
+class GrammarCache:
+    """Compiled grammars, least recently used first out; a request gets a copy of a compiled matcher.
+
+    Bounded by count and by the bytes of the grammars kept (a compiled matcher grows with its
+    grammar); grammars that failed are never kept. A grammar that requests keep using is compiled
+    again in the background, up to ``lanes`` times, and its copies are handed out round robin, so
+    that the mask threads are not queued on one template's lock. A grammar that can never force a
+    special token's spelling is compiled against ``plain_tokenizer`` (llguidance's own, which
+    tokenizes forced text without calling back into Python) when one is given.
+    """
+
+    def __init__(
+        self,
+        tokenizer: LLTokenizer,
+        capacity: int = 256,
+        max_bytes: int = 64 << 20,
+        *,
+        lanes: int = 1,
+        plain_tokenizer: PlainTextTokenizer | None = None,
+    ) -> None:
         self._tokenizer = tokenizer
         self._capacity = capacity
         self._max_bytes = max_bytes
-        self._compiled: OrderedDict[str, LLMatcher] = OrderedDict()
+        self.lanes = lanes
+        self.plain_tokenizer = plain_tokenizer
+        self._compiled: OrderedDict[str, _Compiled] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self._spares = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llgtriton-spare-compile")
         self.compilations = 0
 
-    def cached_matcher(self, grammar: str) -> LLMatcher | None:
-        """A fresh matcher for ``grammar`` if it is compiled already, else None (nothing is compiled)."""
+    def cached_copy(self, grammar: str) -> GrammarCopy | None:
+        """A fresh copy of ``grammar`` if it is compiled already, else None (nothing is compiled on this thread)."""
         with self._lock:
-            template = self._compiled.get(grammar)
-            if template is None:
+            compiled = self._compiled.get(grammar)
+            if compiled is None:
                 return None
             self._compiled.move_to_end(grammar)
-            return template.deep_copy()
+            return self._hand_out(grammar, compiled)
 
-    def matcher(self, grammar: str) -> LLMatcher:
-        """A fresh matcher for ``grammar``; raises :class:`InvalidConstraint` if it does not compile.
+    def cached_matcher(self, grammar: str) -> LLMatcher | None:
+        cached = self.cached_copy(grammar)
+        return None if cached is None else cached.matcher
+
+    def copy(self, grammar: str) -> GrammarCopy:
+        """A fresh copy of ``grammar``; raises :class:`InvalidConstraint` if it does not compile.
 
         A new grammar is tried on fresh copies before it is kept (:meth:`_probe`): limits that
         llguidance meets only while generating (more than 2,000 items in an Earley row, a lexer out
         of expressions) then refuse the request here, with the limit named, instead of mid-way.
         """
-        cached = self.cached_matcher(grammar)
+        cached = self.cached_copy(grammar)
         if cached is not None:
             return cached
         try:
-            template = on_compile_thread(lambda: self._compile(grammar))
+            template = on_compile_thread(lambda: self._compile(grammar, probe=True))
         except GuideError as exc:
             raise InvalidConstraint(str(exc)) from None
         except CompilerBusy as exc:
             raise Unavailable(str(exc)) from None
         with self._lock:
             self.compilations += 1
-            if grammar not in self._compiled:
+            compiled = self._compiled.get(grammar)
+            if compiled is None:
+                compiled = self._compiled[grammar] = _Compiled([template])
                 self._bytes += len(grammar)
-            self._compiled[grammar] = template
+            else:
+                compiled.templates[0] = template
             while len(self._compiled) > self._capacity or (self._bytes > self._max_bytes and len(self._compiled) > 1):
-                dropped, _ = self._compiled.popitem(last=False)
-                self._bytes -= len(dropped)
-            return template.deep_copy()
+                dropped, entry = self._compiled.popitem(last=False)
+                self._bytes -= len(dropped) * len(entry.templates)
+            compiled.handed_out += 1
+            return GrammarCopy(template.deep_copy(), 0)
 
-    def _compile(self, grammar: str) -> LLMatcher:
+    def matcher(self, grammar: str) -> LLMatcher:
+        return self.copy(grammar).matcher
+
+    def _hand_out(self, grammar: str, compiled: _Compiled) -> GrammarCopy:
+        """The next lane's copy; a grammar in use by more requests than it has lanes gets one more, compiled aside."""
+        lanes = min(self.lanes, len(compiled.templates))
+        lane = compiled.handed_out % lanes
+        compiled.handed_out += 1
+        if len(compiled.templates) < self.lanes and not compiled.spare_pending:
+            compiled.spare_pending = True
+            self._spares.submit(self._add_spare, grammar, compiled)
+        return GrammarCopy(compiled.templates[lane].deep_copy(), lane)
+
+    def _add_spare(self, grammar: str, compiled: _Compiled) -> None:
+        try:
+            template = on_compile_thread(lambda: self._compile(grammar, probe=False))
+        except (GuideError, CompilerBusy) as exc:  # it compiled before: only the spare is given up
+            logger.info("a spare copy of a grammar was not compiled: %s", exc)
+            template = None
+        with self._lock:
+            compiled.spare_pending = False
+            if template is not None and self._compiled.get(grammar) is compiled:
+                compiled.templates.append(template)
+                self._bytes += len(grammar)
+
+    def _compile(self, grammar: str, *, probe: bool) -> LLMatcher:
+        plain = self.plain_tokenizer
+        tokenizer = plain.tokenizer if plain is not None and plain.reads_plainly(grammar) else self._tokenizer
         with llguidance_panics_refused():
-            template = LLMatcher(self._tokenizer, grammar, log_level=0)  # compiles with the GIL released
+            template = LLMatcher(tokenizer, grammar, log_level=0)  # compiles with the GIL released
             if template.is_error():
                 raise GuideError(f"the constraint does not compile: {short(template.get_error())}")
-            self._probe(template)
+            if probe:
+                self._probe(template)
         return template
 
     def _probe(self, template: LLMatcher) -> None:
@@ -119,10 +190,17 @@ class GrammarCache:
                 raise GuideError(f"the constraint fails as generation starts: {short(probe.get_error())}")
 
     def evict(self, grammar: str) -> None:
-        """Forget ``grammar``: a copy of it failed, and copies share the template's lexer state."""
+        """Forget ``grammar``: a copy of it failed, and copies share their template's lexer state."""
         with self._lock:
-            if self._compiled.pop(grammar, None) is not None:
-                self._bytes -= len(grammar)
+            compiled = self._compiled.pop(grammar, None)
+            if compiled is not None:
+                self._bytes -= len(grammar) * len(compiled.templates)
+
+    def clear(self) -> None:
+        """Forget every grammar (a benchmark switching tokenizers or lanes between runs)."""
+        with self._lock:
+            self._compiled.clear()
+            self._bytes = 0
 
 
 class _OnWaiter:
@@ -143,7 +221,18 @@ class _OnWaiter:
 class _MatcherState:
     matcher: LLMatcher
     consumed: int  # how many of the request's tokens (prompt included) the matcher has seen
+    lane: int = 0  # its template's lane: the parallel calls take rows lane by lane
     error: str | None = None
+
+
+# More lanes than this only compile a shared grammar more often: llguidance's threads rarely exceed it.
+MAX_LANES = 16
+
+
+def _by_lane(pairs: Sequence[tuple[_MatcherState, int]]) -> list[tuple[LLMatcher, int]]:
+    """The (matcher, argument) pairs ordered by lane: llguidance splits its list into runs, one run to a
+    thread, and rows of one lane would wait for each other's lock."""
+    return [(state.matcher, argument) for state, argument in sorted(pairs, key=lambda pair: pair[0].lane)]
 
 
 class GuidanceLogitsProcessor:
@@ -156,12 +245,17 @@ class GuidanceLogitsProcessor:
         applier: BitmaskApplier | None = None,
         mask_threads: int | None = None,
         masks_on_worker: bool = True,
+        plain_tokenizer: PlainTextTokenizer | None = None,
     ) -> None:
         """``masks_on_worker=False`` computes each step's masks on the thread that waits for them
-        instead of on a worker thread ahead of time (see :meth:`prefetch`)."""
+        instead of on a worker thread ahead of time (see :meth:`prefetch`). ``plain_tokenizer`` is
+        what :class:`GrammarCache` may compile grammars that never force a special token's spelling
+        with."""
         if tokenizer.vocab_size != vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, logits have {vocab_size}")
         self._tokenizer = tokenizer
+        self.plain_tokenizer = plain_tokenizer
+        self.mask_threads = mask_threads or len(os.sched_getaffinity(0))
         self.vocab_size = vocab_size
         self._states: dict[int, _MatcherState] = {}
         self._executor = llguidance.LLExecutor(num_threads=mask_threads)
@@ -184,16 +278,23 @@ class GuidanceLogitsProcessor:
         applier: BitmaskApplier | None = None,
         mask_threads: int | None = None,
     ) -> GuidanceLogitsProcessor:
-        """Build llguidance's tokenizer with the logits width and the engine's end-of-sequence tokens."""
-        tokenizer = guidance_tokenizer(hf_tokenizer, vocab_size, eos_token_ids)
-        return cls(tokenizer, vocab_size, max_batch_size, applier=applier, mask_threads=mask_threads)
+        """Build llguidance's tokenizers with the logits width and the engine's end-of-sequence tokens."""
+        tokenizers = guidance_tokenizers(hf_tokenizer, vocab_size, eos_token_ids)
+        return cls(
+            tokenizers.text,
+            vocab_size,
+            max_batch_size,
+            applier=applier,
+            mask_threads=mask_threads,
+            plain_tokenizer=tokenizers.plain,
+        )
 
     @property
     def tokenizer(self) -> LLTokenizer:
         return self._tokenizer
 
-    def add(self, client_id: int, matcher: LLMatcher, prompt_length: int) -> None:
-        self._states[client_id] = _MatcherState(matcher=matcher, consumed=prompt_length)
+    def add(self, client_id: int, matcher: LLMatcher, prompt_length: int, lane: int = 0) -> None:
+        self._states[client_id] = _MatcherState(matcher=matcher, consumed=prompt_length, lane=lane)
 
     def remove(self, client_id: int) -> None:
         if self._prefetched is not None and client_id in self._prefetched[0]:
@@ -219,7 +320,8 @@ class GuidanceLogitsProcessor:
         for state in states:
             state.consumed += 1
         try:
-            accepted = llguidance.numpy.consume_token_par(self._executor, [(s.matcher, t) for s, t in live])
+            live.sort(key=lambda pair: pair[0].lane)
+            accepted = llguidance.numpy.consume_token_par(self._executor, _by_lane(live))
         except Exception as exc:
             # Which matchers consumed the token before the failure is unknown, and retrying could
             # consume it twice and let the output drift from the grammar: these requests end instead.
@@ -327,7 +429,7 @@ class GuidanceLogitsProcessor:
             return
         try:
             llguidance.numpy.fill_next_token_bitmask_par(
-                self._executor, [(state.matcher, first + i) for i, state in enumerate(states)], masks.numpy()
+                self._executor, _by_lane([(state, first + i) for i, state in enumerate(states)]), masks.numpy()
             )
         except Exception as exc:  # never fail the batch: every constrained row may only end
             logger.exception("computing token masks failed")
@@ -349,4 +451,5 @@ class Guidance:
 
     @classmethod
     def for_processor(cls, processor: GuidanceLogitsProcessor) -> Guidance:
-        return cls(processor, GrammarCache(processor.tokenizer))
+        lanes = min(processor.mask_threads, MAX_LANES)
+        return cls(processor, GrammarCache(processor.tokenizer, lanes=lanes, plain_tokenizer=processor.plain_tokenizer))

@@ -9,6 +9,11 @@ tokens, and a special token is reached only where a grammar names it (``<[id]>``
 
 The token table and the special tokens are llguidance's own, so masks are the same as before for
 every grammar that spells no special token.
+
+Calling back into Python costs each of llguidance's mask threads the GIL, which the step loop holds
+while it delivers tokens. A JSON schema that can never force the last character of a special
+token's spelling gets llguidance's own tokenizer instead (:class:`PlainTextTokenizer`): what it
+forces then never completes a spelling, and both tokenizers read it alike.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import copy
 import json
 import threading
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import llguidance
@@ -97,9 +103,97 @@ class _TextTokenizer:
         return ids
 
 
-def guidance_tokenizer(hf_tokenizer: Any, n_vocab: int, eos_token_ids: Collection[int]) -> LLTokenizer:
-    """llguidance's tokenizer for a fast Hugging Face tokenizer and logits ``n_vocab`` wide (the padded
+# What a regex of llguidance's JSON options (its ``whitespace_pattern``) may be written with: no
+# range, negation or class that could stand for a character it does not spell, and only the
+# escapes ``\n`` and ``\t``.
+_PLAIN_REGEX = frozenset(" ()|?[]{}0123456789,*+")
+
+
+def _plain_regex(pattern: object) -> bool:
+    if not isinstance(pattern, str):
+        return False
+    characters = iter(pattern)
+    for character in characters:
+        if character == "\\":
+            if next(characters, None) not in ("n", "t"):
+                return False
+        elif character not in _PLAIN_REGEX:
+            return False
+    return True
+
+
+_REGEX_KEYWORDS = frozenset({"pattern", "patternProperties"})
+
+
+@dataclass(frozen=True)
+class PlainTextTokenizer:
+    """llguidance's own tokenizer, for the grammars it reads exactly as the text-reading one does.
+
+    Both split text alike except where the text holds an added token's spelling. The text llguidance
+    tokenizes is the last sampled token followed by what the grammar forces; no ordinary token
+    holds a whole spelling (checked when this is built), so a spelling there ends in forced text. A
+    JSON schema whose every name, value and literal lacks the spellings' last character, with no
+    regex of its own, never forces it: llguidance's structure, numbers and formats do not.
+    """
+
+    tokenizer: LLTokenizer
+    spelling_ends: frozenset[str]
+
+    def reads_plainly(self, grammar: str) -> bool:
+        """Whether ``grammar`` (llguidance's JSON form) is a JSON schema that can never force a spelling's end."""
+        try:
+            top = json.loads(grammar)
+        except ValueError:
+            return False
+        if not isinstance(top, dict) or not set(top) <= {"grammars", "max_tokens"}:
+            return False
+        grammars = top.get("grammars")
+        if not isinstance(grammars, list) or len(grammars) != 1 or not isinstance(grammars[0], dict):
+            return False
+        (entry,) = grammars
+        if "json_schema" not in entry or not set(entry) <= {"name", "json_schema", "lark_grammar"}:
+            return False
+        return entry.get("lark_grammar") is None and self._plain(entry["json_schema"])
+
+    def _plain(self, node: Any) -> bool:
+        if isinstance(node, str):
+            return not self.spelling_ends.intersection(node)
+        if isinstance(node, list):
+            return all(self._plain(item) for item in node)
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _REGEX_KEYWORDS or not self._plain(key) or not self._plain(value):
+                    return False
+                if key == "whitespace_pattern" and not _plain_regex(value):
+                    return False
+            return True
+        return True  # numbers, booleans, null
+
+
+@dataclass(frozen=True)
+class GuidanceTokenizers:
+    """The text-reading tokenizer every grammar may use, and llguidance's own where it is exact (or None)."""
+
+    text: LLTokenizer
+    plain: PlainTextTokenizer | None
+
+
+def guidance_tokenizers(hf_tokenizer: Any, n_vocab: int, eos_token_ids: Collection[int]) -> GuidanceTokenizers:
+    """llguidance's tokenizers for a fast Hugging Face tokenizer and logits ``n_vocab`` wide (the padded
     vocabulary), ending on ``eos_token_ids``."""
     eos = sorted(eos_token_ids)
     base = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=n_vocab, eos_token=eos)
-    return LLTokenizer(TokenizerWrapper(_TextTokenizer(hf_tokenizer, base, eos)), n_vocab=n_vocab, eos_token=eos)
+    reader = _TextTokenizer(hf_tokenizer, base, eos)
+    text = LLTokenizer(TokenizerWrapper(reader), n_vocab=n_vocab, eos_token=eos)
+    spellings = [str(token) for token in (getattr(hf_tokenizer, "added_tokens_decoder", None) or {}).values()]
+    ends = frozenset(spelling[-1] for spelling in spellings if spelling)
+    special = set(reader.special_token_ids)
+    ordinary = b"\0".join(token for index, token in enumerate(reader.tokens) if index not in special)
+    if ends != {">"} or any(spelling.encode() in ordinary for spelling in spellings):
+        return GuidanceTokenizers(text, None)  # not proven for this vocabulary: every grammar reads text
+    return GuidanceTokenizers(text, PlainTextTokenizer(base, ends))
+
+
+def guidance_tokenizer(hf_tokenizer: Any, n_vocab: int, eos_token_ids: Collection[int]) -> LLTokenizer:
+    """The text-reading tokenizer of :func:`guidance_tokenizers`."""
+    return guidance_tokenizers(hf_tokenizer, n_vocab, eos_token_ids).text

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from llguidance import LLMatcher
 
-from backend.constraints import Guidance
+from backend.constraints import GrammarCopy, Guidance
 from backend.contract import ResponseSink, deliver, deliver_failure, is_cancelled
 from backend.detokenizer import Decoder, fast_decoder
 from backend.engine import Engine
@@ -68,7 +68,7 @@ class _Sequence(OutputStream):
 class _Waiting:
     request: EngineRequest
     sink: ResponseSink
-    matcher: LLMatcher | None  # the request's own copy of its compiled grammar
+    grammar: GrammarCopy | None  # the request's own copy of its compiled grammar
     prompt_logprobs: PromptLogprobs | None = None  # its prompt scored, when it asked
 
 
@@ -145,7 +145,7 @@ class Scheduler:
                 raise Unavailable(f"the request queue is full ({self._max_queue_size} waiting); retry later")
             matcher = None
             if request.grammar is not None and self._guidance is not None:
-                matcher = self._guidance.grammars.cached_matcher(request.grammar)
+                matcher = self._guidance.grammars.cached_copy(request.grammar)
             compiling = request.grammar is not None and self._guidance is not None and matcher is None
             if compiling or request.prompt_logprobs is not None:  # off the loop thread; it joins the queue when ready
                 pool = self._compiler if compiling else self._scorer
@@ -156,12 +156,12 @@ class Scheduler:
             self._waiting.append(_Waiting(request, sink, matcher))
             self._wakeup.notify()
 
-    def _prepare_and_enqueue(self, request: EngineRequest, sink: ResponseSink, matcher: LLMatcher | None) -> None:
+    def _prepare_and_enqueue(self, request: EngineRequest, sink: ResponseSink, matcher: GrammarCopy | None) -> None:
         """Compile the request's grammar and score its prompt, as it needs, then queue it."""
         prompt_logprobs = None
         try:
             if matcher is None and request.grammar is not None and self._guidance is not None:
-                matcher = self._guidance.grammars.matcher(request.grammar)
+                matcher = self._guidance.grammars.copy(request.grammar)
         except Exception as exc:  # it fails this request only
             if not isinstance(exc, BackendError):
                 logger.exception("compiling a grammar failed")
@@ -361,9 +361,9 @@ class Scheduler:
             if self._guidance is None:
                 deliver_failure(sink, InvalidRequest("this engine has no constraint support"))
                 return None
-            assert waiting.matcher is not None  # submit() compiled it, or found it in the cache
-            grammar = self._output_grammar(seq_id, request, waiting.matcher)
-            self._guidance.processor.add(seq_id, waiting.matcher, len(request.prompt_ids))
+            assert waiting.grammar is not None  # submit() compiled it, or found it in the cache
+            grammar = self._output_grammar(seq_id, request, waiting.grammar.matcher)
+            self._guidance.processor.add(seq_id, waiting.grammar.matcher, len(request.prompt_ids), waiting.grammar.lane)
         seq = _Sequence(
             request,
             sink,

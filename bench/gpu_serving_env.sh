@@ -15,4 +15,4 @@ AIPERF_SITE=/tmp/aiperf-site
 PERF_ANALYZER=/tmp/perf_analyzer/perf_analyzer/bin/perf_analyzer
 rm -rf /tmp/perf_analyzer && "$PY" -m zipfile -e "$PERF_ANALYZER_WHEEL"/perf_analyzer-*.whl /tmp/perf_analyzer
 chmod +x "$PERF_ANALYZER"
-rm -rf /tmp/model_llama && cp -r device_carry/model_llama /tmp/model_llama && xz -d /tmp/model_llama/tokenizer.json.xz
+rm -rf /tmp/model_llama && cp -r device_carry/model_llama /tmp/model_llama && xz -df /tmp/model_llama/tokenizer.json.xz

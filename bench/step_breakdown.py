@@ -14,7 +14,11 @@ step (``worker.start_delay`` is how long the worker waited to start). ``--masks-
 runs each kind with a step's masks computed on the worker ahead of time and on the step loop's
 thread when it asks for them (after queueing the forward pass). ``--launch-ahead off on`` runs each
 kind with the next decode pass queued after its tokens are delivered (as by default) and before
-(the scheduler's ``launch_ahead``), so that the device runs it while they are.
+(the scheduler's ``launch_ahead``), so that the device runs it while they are. ``--lanes 1 16`` runs
+each kind with a grammar's requests copying one compiled template (sharing its lock in llguidance)
+and up to 16, and ``--plain-tokenizer off on`` with every grammar reading forced text through the
+Python tokenizer, and with the schemas that never force a special token's spelling on llguidance's
+own (the grammar cache's ``lanes`` and ``plain_tokenizer``; it is emptied between such cells).
 
 Per cell it reports tokens/s, TBT and TTFT p50, the step loop's milliseconds per step in each of
 its phases (the forward pass lands in whichever phase first waits for the GPU), and the mask
@@ -46,7 +50,8 @@ import torch
 
 from backend.assembly import torch_engine
 from backend.chat_template import ChatTemplate
-from backend.constraints import GrammarCache, Guidance, GuidanceLogitsProcessor
+from backend.constraints import MAX_LANES, GrammarCache, Guidance, GuidanceLogitsProcessor
+from backend.guidance_tokenizer import PlainTextTokenizer
 from backend.masking import bitmask_applier
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
@@ -168,12 +173,16 @@ class Variant:
     hand_off: bool
     masks_on_worker: bool
     launch_ahead: bool
+    lanes: int | None = None  # the grammar cache's (None: as built)
+    plain_tokenizer: bool | None = None
 
     @property
     def name(self) -> str:
         name = self.kind if self.interval is None else f"{self.kind}@{self.interval * 1000:g}ms"
         name += "+hand-off" if self.hand_off else ""
         name += "" if self.masks_on_worker else "+masks-on-step-loop"
+        name += "" if self.lanes is None else f"+lanes{self.lanes}"
+        name += "" if self.plain_tokenizer is None else ("+plain" if self.plain_tokenizer else "+text")
         return name + ("+launch-ahead" if self.launch_ahead else "")
 
 
@@ -186,6 +195,7 @@ class Bench:
     tokenizer: Any
     vocab: int
     hand_off: threading.Event
+    grammars: GrammarCache
 
 
 def build(arguments: argparse.Namespace) -> Bench:
@@ -210,7 +220,13 @@ def build(arguments: argparse.Namespace) -> Bench:
             applier=applier,
             mask_threads=arguments.mask_threads,
         )
-    grammars = GrammarCache(processor.tokenizer, capacity=4096, max_bytes=1 << 30)
+    grammars = GrammarCache(
+        processor.tokenizer,
+        capacity=4096,
+        max_bytes=1 << 30,
+        lanes=min(processor.mask_threads, MAX_LANES),
+        plain_tokenizer=processor.plain_tokenizer,
+    )
     scheduler = Scheduler(
         engine,
         tokenizer,
@@ -224,7 +240,7 @@ def build(arguments: argparse.Namespace) -> Bench:
     hand_off = threading.Event()
     instrument(processor, parts, hand_off)
     scheduler.start()
-    return Bench(scheduler, processor, phases, parts, tokenizer, engine.vocab_size, hand_off)
+    return Bench(scheduler, processor, phases, parts, tokenizer, engine.vocab_size, hand_off, grammars)
 
 
 @dataclass(frozen=True)
@@ -309,6 +325,17 @@ def pressure_summary(sinks: list[RecordingSink]) -> dict[str, Any]:
     }
 
 
+def configure_grammars(grammars: GrammarCache, variant: Variant, plain: PlainTextTokenizer | None) -> None:
+    """The variant's lanes and tokenizer; the cache is emptied when they change, so no template outlives them."""
+    lanes = grammars.lanes if variant.lanes is None else variant.lanes
+    chosen = grammars.plain_tokenizer
+    if variant.plain_tokenizer is not None:
+        chosen = plain if variant.plain_tokenizer else None
+    if (lanes, chosen) != (grammars.lanes, grammars.plain_tokenizer):
+        grammars.clear()
+        grammars.lanes, grammars.plain_tokenizer = lanes, chosen
+
+
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, nargs="+", default=[8, 32])
@@ -353,6 +380,22 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         default=["off"],
         help="each kind runs with each: 'on' queues a step's decode pass before its tokens are delivered",
     )
+    parser.add_argument(
+        "--lanes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="each kind runs with each: how many compiled templates a grammar's requests copy "
+        "(default: one per mask thread, 16 at most)",
+    )
+    parser.add_argument(
+        "--plain-tokenizer",
+        nargs="+",
+        choices=("off", "on"),
+        default=None,
+        help="each kind runs with each: 'on' compiles schemas that never force a special token's spelling "
+        "against llguidance's own tokenizer (default: on where the vocabulary allows)",
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="step_breakdown")
@@ -386,8 +429,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "cells": {},
     }
     intervals: list[float | None] = list(arguments.switch_intervals or [None])
+    plain = bench.grammars.plain_tokenizer
+    plain_choices: list[bool | None] = [None]
+    if arguments.plain_tokenizer is not None:
+        plain_choices = [choice == "on" for choice in arguments.plain_tokenizer]
     variants = [
-        Variant(kind, interval, hand_off == "on", masks_on == "worker", launch == "on")
+        Variant(kind, interval, hand_off == "on", masks_on == "worker", launch == "on", lanes, plain_on)
+        for lanes in arguments.lanes or [None]
+        for plain_on in plain_choices
         for launch in arguments.launch_ahead
         for masks_on in arguments.masks_on
         for hand_off in arguments.hand_off
@@ -402,6 +451,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 sys.setswitchinterval(default_interval if variant.interval is None else variant.interval)
                 bench.processor.masks_on_worker = variant.masks_on_worker
                 bench.scheduler.launch_ahead = variant.launch_ahead
+                configure_grammars(bench.grammars, variant, plain)
                 if variant.hand_off:
                     bench.hand_off.set()
                 else:

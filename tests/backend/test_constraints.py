@@ -6,6 +6,7 @@ import json
 import math
 import re
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -198,6 +199,66 @@ def test_grammars_are_compiled_once(guidance: Guidance) -> None:
     assert first.consume_tokens(guidance.processor.tokenizer.tokenize_str("[1")) and not second.is_error()
 
 
+def _mask_of(tokenizer: Any, matcher: Any) -> list[int]:
+    mask = torch.zeros((1, (tokenizer.vocab_size + 31) // 32), dtype=torch.int32)
+    llguidance.numpy.fill_next_token_bitmask(matcher, mask.numpy(), 0)
+    return mask[0].tolist()
+
+
+def test_a_grammar_in_use_is_handed_out_across_lanes_whose_copies_mask_alike(guidance: Guidance) -> None:
+    """Copies of one template wait for each other's lock in llguidance: a grammar requests keep using is
+    compiled again aside, up to ``lanes`` times, and every copy behaves as a fresh matcher."""
+    tokenizer = guidance.processor.tokenizer
+    cache = GrammarCache(tokenizer, lanes=3)
+    grammar = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
+    copies = [cache.copy(grammar)]
+    deadline = time.monotonic() + 60
+    while {copy.lane for copy in copies} != {0, 1, 2} and time.monotonic() < deadline:
+        copies.append(cache.copy(grammar))
+        time.sleep(0.01)
+    assert {copy.lane for copy in copies} == {0, 1, 2}
+    assert cache.compilations == 1  # the spares are compiled aside, never on a request's path
+    prefix = tokenizer.tokenize_str('{"name": "Ann')
+    moved = copies[-1].matcher
+    assert moved.consume_tokens(prefix)
+    others = [copy.matcher for copy in copies[:-1]]
+    assert all(_mask_of(tokenizer, m) == _mask_of(tokenizer, others[0]) for m in others)  # untouched by `moved`
+    by_lane = {copy.lane: copy.matcher for copy in copies[:-1]}
+    for matcher in by_lane.values():
+        assert matcher.consume_tokens(prefix)
+        assert _mask_of(tokenizer, matcher) == _mask_of(tokenizer, moved)
+
+
+def test_rows_of_several_lanes_get_their_own_masks(loaded_model: Any, guidance: Guidance) -> None:
+    """The parallel calls take rows lane by lane; each mask must still land in its own row."""
+    processor = guidance.processor
+    tokenizer = processor.tokenizer
+    cache = GrammarCache(tokenizer, lanes=2)
+    grammars = [grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON)), grammar_for(GuideType.REGEX, "[0-9]{2,4}")]
+    prefixes = ['{"name": "A', '{"name": "Ann", "age": 3', "1", "12"]
+    expected: list[list[int]] = []
+    for index, prefix in enumerate(prefixes):
+        reference = llguidance.LLMatcher(tokenizer, grammars[index // 2])
+        assert reference.consume_tokens(tokenizer.tokenize_str(prefix))
+        expected.append(_mask_of(tokenizer, reference))
+    copies = [cache.copy(grammars[index // 2]) for index in range(len(prefixes))]
+    for index, copy in enumerate(copies):
+        processor.add(2000 + index, copy.matcher, 0, lane=1 - index % 2)  # lanes 1, 0, 1, 0: out of order
+    try:
+        for index, prefix in enumerate(prefixes):
+            processor.consume(2000 + index, tokenizer.tokenize_str(prefix))
+        width = loaded_model.model.config.vocab_size
+        logits = torch.zeros(len(prefixes), width)
+        processor.mask(logits, [2000 + index for index in range(len(prefixes))], 0)
+        for index, row in enumerate(logits):
+            allowed = torch.isfinite(row).nonzero().view(-1).tolist()
+            bits = expected[index]
+            assert allowed == [t for t in range(width) if bits[t >> 5] >> (t & 31) & 1]
+    finally:
+        for index in range(len(prefixes)):
+            processor.remove(2000 + index)
+
+
 def test_a_grammar_that_does_not_compile_is_an_invalid_request_saying_the_constraint_is_refused(
     guidance: Guidance,
 ) -> None:
@@ -271,11 +332,11 @@ class _GatedCache(GrammarCache):
         self.gate = threading.Event()
         self.threads: list[str] = []
 
-    def matcher(self, grammar: str) -> Any:
-        if self.cached_matcher(grammar) is None:
+    def copy(self, grammar: str) -> Any:
+        if self.cached_copy(grammar) is None:
             self.threads.append(threading.current_thread().name)
             assert self.gate.wait(60)
-        return super().matcher(grammar)
+        return super().copy(grammar)
 
 
 def _gated_scheduler(

@@ -5,6 +5,7 @@ Against the real SmolLM2 tokenizer (whose ``<|im_end|>`` is also its end token) 
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -14,9 +15,10 @@ import llguidance.numpy
 import numpy as np
 import pytest
 
-from backend.guidance_tokenizer import control_tokens, guidance_tokenizer
+from backend.constraints import GrammarCache
+from backend.guidance_tokenizer import control_tokens, guidance_tokenizer, guidance_tokenizers
 from backend.output_grammar import OutputGrammar
-from llgtriton.guides import grammar_for
+from llgtriton.guides import grammar_for, json_schema_grammar
 from llgtriton.wire import GuideType
 from tests.backend.llama_tokenizer import llama_tokenizer
 
@@ -32,9 +34,11 @@ def allowed(tokenizer: llguidance.LLTokenizer, matcher: llguidance.LLMatcher) ->
     return [int(t) for t in np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little"))]
 
 
-def write(hf: Any, tokenizer: llguidance.LLTokenizer, grammar: str) -> tuple[str, list[int]]:
+def write(
+    hf: Any, tokenizer: llguidance.LLTokenizer, grammar: str, matcher: llguidance.LLMatcher | None = None
+) -> tuple[str, list[int]]:
     """The output a model writes when it always takes the lowest allowed token, until the grammar ends."""
-    matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+    matcher = matcher or llguidance.LLMatcher(tokenizer, grammar, log_level=0)
     assert not matcher.is_error(), matcher.get_error()
     tokens: list[int] = []
     for _ in range(200):
@@ -132,3 +136,95 @@ def test_the_output_grammar_says_which_texts_are_complete(smollm: tuple[Any, llg
     assert grammar.completes('{"a": "}"}')
     assert not grammar.completes('{"a": "')
     assert not grammar.complete()  # nothing written yet
+
+
+@pytest.fixture(scope="module")
+def smollm_both(tokenizer: Any) -> tuple[Any, Any]:
+    return tokenizer, guidance_tokenizers(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"const": "<|im_end|>"},
+        {"enum": ["a", "b>"]},
+        {"type": "object", "properties": {"a>": {"type": "integer"}}, "required": ["a>"]},
+        {"type": "string", "pattern": "^[=-?]$"},  # a range holding '>' without spelling it
+        {"type": "object", "patternProperties": {"^x": {"const": 1}}},
+        {"$defs": {"a>b": {"type": "integer"}}, "$ref": "#/$defs/a>b"},
+    ],
+)
+def test_a_schema_that_could_force_a_spellings_end_reads_forced_text_as_text(
+    smollm_both: tuple[Any, Any], schema: Any
+) -> None:
+    _, tokenizers = smollm_both
+    assert tokenizers.plain is not None  # SmolLM2's added tokens all end in '>'
+    assert not tokenizers.plain.reads_plainly(json_schema_grammar(schema))
+
+
+def test_a_lark_or_regex_grammar_reads_forced_text_as_text(smollm_both: tuple[Any, Any]) -> None:
+    _, tokenizers = smollm_both
+    assert not tokenizers.plain.reads_plainly(grammar_for(GuideType.REGEX, "[a-z]+"))
+    assert not tokenizers.plain.reads_plainly(grammar_for(GuideType.LARK, 'start: "a"'))
+
+
+def test_the_grammar_cache_writes_a_spelled_special_token_as_text_with_both_tokenizers(
+    smollm_both: tuple[Any, Any],
+) -> None:
+    hf, tokenizers = smollm_both
+    cache = GrammarCache(tokenizers.text, plain_tokenizer=tokenizers.plain)
+    grammar = grammar_for(GuideType.JSON_SCHEMA, json.dumps({"const": "x<|im_end|>"}))
+    text, tokens = write(hf, tokenizers.text, grammar, cache.matcher(grammar))
+    assert json.loads(text) == "x<|im_end|>"
+    assert not set(tokens) & set(control_tokens(hf).values())
+
+
+PLAIN_SCHEMAS = [
+    {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
+        "required": ["name", "age", "city"],
+    },
+    {"type": "array", "items": {"type": "number", "minimum": -5, "maximum": 5}, "minItems": 2, "maxItems": 4},
+    {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}}, "required": ["when"]},
+    {"type": "object", "properties": {"mail": {"type": "string", "format": "email"}, "n": {"type": "boolean"}}},
+    {"enum": ["red", "green", {"mixed": [1, 2]}, None]},
+    {"anyOf": [{"type": "string", "maxLength": 5}, {"type": "object", "properties": {"k": {"const": "v"}}}]},
+    {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "items": {"enum": ["a b", "c:d", "<e"]}}},
+        "required": ["tags"],
+        "additionalProperties": False,
+    },
+    {"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}}, "$ref": "#/$defs/node"},
+]
+
+
+def test_schemas_that_read_plainly_get_the_same_masks_and_forced_tokens_from_both_tokenizers(
+    smollm_both: tuple[Any, Any],
+) -> None:
+    """llguidance's own tokenizer serves the schemas that never force a spelling's end: along random
+    walks, its masks and forced tokens are the text-reading one's."""
+    _, tokenizers = smollm_both
+    plain = tokenizers.plain
+    rng = np.random.default_rng(51)
+    for schema in PLAIN_SCHEMAS:
+        grammar = json_schema_grammar(schema)
+        assert plain.reads_plainly(grammar), schema
+        for _ in range(3):
+            mine, other = (llguidance.LLMatcher(t, grammar, log_level=0) for t in (tokenizers.text, plain.tokenizer))
+            for _ in range(30):
+                options = allowed(tokenizers.text, mine)
+                assert options == allowed(plain.tokenizer, other)
+                assert mine.compute_ff_tokens() == other.compute_ff_tokens()
+                token = int(rng.choice(options))
+                if token in tokenizers.text.eos_tokens:
+                    break
+                assert mine.consume_token(token) and other.consume_token(token)
+
+
+def test_a_vocabulary_with_a_spelling_not_ending_in_a_bracket_reads_every_grammar_as_text(tokenizer: Any) -> None:
+    """Where a spelling ends in a character JSON itself forces (Mistral's ``[/INST]``), nothing reads plainly."""
+    widened = copy.deepcopy(tokenizer)
+    widened.add_tokens(["[/INST]"], special_tokens=True)
+    assert guidance_tokenizers(widened, len(widened), [widened.eos_token_id]).plain is None
