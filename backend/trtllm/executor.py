@@ -126,9 +126,9 @@ class ExecutorRunner:
         if len(self._runs) >= self._max_waiting:
             raise Unavailable(f"{self._max_waiting} requests are in flight already; retry later")
         run = self._runs.open(request, sink, self._model.verifier(request.grammar))
-        masker = self._model.verifier(request.grammar)  # the post-processor's own copy of the grammar
+        masker = self._model.grammar_copy(request.grammar)  # the post-processor's own copy of the grammar
         if masker is not None:
-            self._hook.processor.add(run.client_id, masker, len(request.prompt_ids))
+            self._hook.processor.add(run.client_id, masker.matcher, len(request.prompt_ids), masker.lane)
         self._hook.add(run.client_id, request.sampling.logit_bias)
         hooked = request.grammar is not None or bool(request.sampling.logit_bias)
         try:

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from llguidance import LLMatcher, LLTokenizer
 
-from backend.constraints import GrammarCache
+from backend.constraints import MAX_LANES, GrammarCache, GrammarCopy
 from backend.errors import BackendError
-from backend.guidance_tokenizer import guidance_tokenizer
+from backend.guidance_tokenizer import guidance_tokenizers
 from backend.model_loader import eos_token_ids
 from llgtriton.prepared import PrepareError, TokenizerOverrides, read_prepared
 from llgtriton.settings import EngineSettings
@@ -55,6 +56,10 @@ class TrtllmModel:
     def verifier(self, grammar: str | None) -> LLMatcher | None:
         """A matcher that checks the engine's output tokens against ``grammar`` (compiled once per grammar)."""
         return None if grammar is None else self._grammars.matcher(grammar)
+
+    def grammar_copy(self, grammar: str | None) -> GrammarCopy | None:
+        """The post-processor's own copy of ``grammar``, with its lane (see :class:`GrammarCache`)."""
+        return None if grammar is None else self._grammars.copy(grammar)
 
 
 def _config(folder: Path) -> dict[str, Any]:
@@ -130,7 +135,8 @@ def load_model_files(settings: EngineSettings) -> TrtllmModel:
         )
     context = int(context or DEFAULT_CONTEXT)
     eos = _eos_ids(tokenizer, tokenizer_dir)
-    guidance = guidance_tokenizer(tokenizer, vocab_size, eos)
+    tokenizers = guidance_tokenizers(tokenizer, vocab_size, eos)
+    lanes = min(len(os.sched_getaffinity(0)), MAX_LANES)  # the post-processor's executor has a thread per core
     return TrtllmModel(
         kind=kind,
         model_dir=model_dir,
@@ -140,6 +146,6 @@ def load_model_files(settings: EngineSettings) -> TrtllmModel:
         pad_token_id=tokenizer.pad_token_id if isinstance(tokenizer.pad_token_id, int) else None,
         vocab_size=vocab_size,
         max_model_len=min(settings.max_model_len or context, context),
-        guidance_tokenizer=guidance,
-        _grammars=GrammarCache(guidance),
+        guidance_tokenizer=tokenizers.text,
+        _grammars=GrammarCache(tokenizers.text, lanes=lanes, plain_tokenizer=tokenizers.plain),
     )
