@@ -104,7 +104,8 @@ def start_torch_service(settings: EngineSettings) -> GenerationService:
         max_queue_size=settings.max_queue_size,
         max_kv_tokens=settings.max_kv_tokens,
         token_bytes=lambda token: bytes(processor.tokenizer.decode_bytes([token])),
-        launch_ahead=settings.launch_ahead,
+        # On the CPU a pass runs as it is queued: launched ahead, it would only hold the tokens back.
+        launch_ahead=settings.launch_ahead and torch.device(settings.device).type == "cuda",
     )
     scheduler.start()
     logger.info(

@@ -260,8 +260,9 @@ class EngineSettings(_Section):
         True,
         description="Queue each step's decode pass as soon as its tokens are sampled, before they are "
         "detokenized and sent, so that the GPU runs it meanwhile; a request that a stop string or a "
-        "cancellation ends then has one row computed for nothing. Off: the pass is queued once the "
-        "step's tokens are delivered.",
+        "cancellation ends then has one row computed for nothing. CUDA only (on the CPU a pass runs as "
+        "it is queued, so it would hold the tokens back). Off: the pass is queued once the step's tokens "
+        "are delivered.",
     )
 
 
