@@ -86,7 +86,9 @@ class _TextTokenizer:
         self.eos_token_id = min(eos_token_ids)
         self.bos_token_id = None
         backend = copy.copy(hf_tokenizer.backend_tokenizer)
-        self._tokenizer = Tokenizer.from_str(json.dumps(_as_llguidance_reads(json.loads(backend.to_str()))))
+        tokenizer_json = json.loads(backend.to_str())
+        self.normalizer: Any = tokenizer_json.get("normalizer")
+        self._tokenizer = Tokenizer.from_str(json.dumps(_as_llguidance_reads(tokenizer_json)))
         self._tokenizer.encode_special_tokens = True
         self._known: dict[bytes, list[int]] = {}
         self._lock = threading.Lock()
@@ -123,6 +125,19 @@ def _plain_regex(pattern: object) -> bool:
 
 
 _REGEX_KEYWORDS = frozenset({"pattern", "patternProperties"})
+# Normalizers that cannot turn other text into a spelling's last character (NFKC would map the
+# fullwidth one, U+FF1E, to '>').
+_KEEPING_NORMALIZERS = frozenset({"NFC", "NFD", "Prepend"})
+
+
+def _keeps_characters(normalizer: Any) -> bool:
+    if normalizer is None:
+        return True
+    if not isinstance(normalizer, dict):
+        return False
+    if normalizer.get("type") == "Sequence":
+        return all(_keeps_characters(node) for node in normalizer.get("normalizers", []))
+    return normalizer.get("type") in _KEEPING_NORMALIZERS
 
 
 @dataclass(frozen=True)
@@ -189,7 +204,8 @@ def guidance_tokenizers(hf_tokenizer: Any, n_vocab: int, eos_token_ids: Collecti
     ends = frozenset(spelling[-1] for spelling in spellings if spelling)
     special = set(reader.special_token_ids)
     ordinary = b"\0".join(token for index, token in enumerate(reader.tokens) if index not in special)
-    if ends != {">"} or any(spelling.encode() in ordinary for spelling in spellings):
+    unproven = ends != {">"} or not _keeps_characters(reader.normalizer)
+    if unproven or any(spelling.encode() in ordinary for spelling in spellings):
         return GuidanceTokenizers(text, None)  # not proven for this vocabulary: every grammar reads text
     return GuidanceTokenizers(text, PlainTextTokenizer(base, ends))
 

@@ -14,6 +14,7 @@ import llguidance.hf
 import llguidance.numpy
 import numpy as np
 import pytest
+from tokenizers import normalizers
 
 from backend.constraints import GrammarCache
 from backend.guidance_tokenizer import control_tokens, guidance_tokenizer, guidance_tokenizers
@@ -228,3 +229,10 @@ def test_a_vocabulary_with_a_spelling_not_ending_in_a_bracket_reads_every_gramma
     widened = copy.deepcopy(tokenizer)
     widened.add_tokens(["[/INST]"], special_tokens=True)
     assert guidance_tokenizers(widened, len(widened), [widened.eos_token_id]).plain is None
+
+
+def test_a_normalizer_that_could_make_a_spellings_end_reads_every_grammar_as_text(tokenizer: Any) -> None:
+    """NFKC turns the fullwidth U+FF1E into '>': a spelling could then end where the grammar forced no '>'."""
+    normalizing = copy.deepcopy(tokenizer)
+    normalizing.backend_tokenizer.normalizer = normalizers.NFKC()
+    assert guidance_tokenizers(normalizing, len(normalizing), [normalizing.eos_token_id]).plain is None
