@@ -58,6 +58,7 @@ class _Compiled:
     templates: list[LLMatcher]  # one per lane; the first compiled on the request's path, the rest spare
     handed_out: int = 0
     spare_pending: bool = False
+    spares_given_up: bool = False  # a spare failed to compile: the grammar keeps the lanes it has
 
 
 class GrammarCache:
@@ -142,19 +143,20 @@ class GrammarCache:
         lanes = min(self.lanes, len(compiled.templates))
         lane = compiled.handed_out % lanes
         compiled.handed_out += 1
-        if len(compiled.templates) < self.lanes and not compiled.spare_pending:
+        if len(compiled.templates) < self.lanes and not (compiled.spare_pending or compiled.spares_given_up):
             compiled.spare_pending = True
             self._spares.submit(self._add_spare, grammar, compiled)
         return GrammarCopy(compiled.templates[lane].deep_copy(), lane)
 
     def _add_spare(self, grammar: str, compiled: _Compiled) -> None:
         try:
-            template = on_compile_thread(lambda: self._compile(grammar, probe=False))
-        except (GuideError, CompilerBusy) as exc:  # it compiled before: only the spare is given up
+            template: LLMatcher | None = on_compile_thread(lambda: self._compile(grammar, probe=False))
+        except Exception as exc:  # it compiled before (busy, or a timeout under load): only the spares are given up
             logger.info("a spare copy of a grammar was not compiled: %s", exc)
             template = None
         with self._lock:
             compiled.spare_pending = False
+            compiled.spares_given_up = template is None
             if template is not None and self._compiled.get(grammar) is compiled:
                 compiled.templates.append(template)
                 self._bytes += len(grammar)

@@ -21,7 +21,7 @@ from backend.errors import InvalidRequest, Unavailable
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
-from llgtriton.guides import grammar_for
+from llgtriton.guides import CompilerBusy, grammar_for, on_compile_thread
 from llgtriton.messages import ChatMessage
 from llgtriton.wire import FinishReason, GrammarPressure, GuideType, constraint_refusal
 from tests.backend.recording import run as generate
@@ -227,6 +227,30 @@ def test_a_grammar_in_use_is_handed_out_across_lanes_whose_copies_mask_alike(gui
     for matcher in by_lane.values():
         assert matcher.consume_tokens(prefix)
         assert _mask_of(tokenizer, matcher) == _mask_of(tokenizer, moved)
+
+
+def test_a_spare_that_fails_to_compile_leaves_the_grammar_on_the_lanes_it_has(
+    guidance: Guidance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spare is given up (compile slots busy, a timeout under load), never retried on every request."""
+    attempts: list[int] = []
+
+    def first_only(work: Any, *args: Any, **kwargs: Any) -> Any:
+        attempts.append(1)
+        if len(attempts) > 1:
+            raise CompilerBusy("4 constraints are compiling already")
+        return on_compile_thread(work, *args, **kwargs)
+
+    monkeypatch.setattr("backend.constraints.on_compile_thread", first_only)
+    cache = GrammarCache(guidance.processor.tokenizer, lanes=4)
+    grammar = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
+    copies = [cache.copy(grammar)]
+    for _ in range(20):
+        copies.append(cache.copy(grammar))
+        time.sleep(0.01)
+    assert {copy.lane for copy in copies} == {0}
+    assert len(attempts) == 2  # the request's compile and one spare, given up
+    assert copies[-1].matcher.consume_tokens(guidance.processor.tokenizer.tokenize_str('{"name": "A'))
 
 
 def test_rows_of_several_lanes_get_their_own_masks(loaded_model: Any, guidance: Guidance) -> None:
