@@ -6,7 +6,8 @@ until ``--requests-per-client`` each are done, so requests finish and join at ev
 serving. Each cell runs free, with one schema shared by every request (``shared``), and with a
 schema of its own per request from JSONSchemaBench (``own``, compiled as they arrive: cold), in
 alternating order over ``--rounds`` rounds; ``--kinds pressed`` runs the shared schema with every
-request asking for its grammar pressure (what reporting it costs). ``--switch-intervals`` runs each
+request asking for its grammar pressure (what reporting it costs), and ``--kinds tools`` a tool the
+model must call in its own format (``bench.tool_requests``). ``--switch-intervals`` runs each
 kind under each of Python's thread switch intervals (``sys.setswitchinterval``), alternating too: how
 long the mask worker waits for the GIL while the step loop runs Python. ``--hand-off off on`` runs
 each kind without and with the step loop waiting for the mask worker to start once it is handed a
@@ -58,13 +59,16 @@ from backend.scheduler import Scheduler
 from bench.jsonschemabench import DEFAULT_DATA, SCHEMA, load_schemas
 from bench.reports import write_report
 from bench.tbt_overhead import SHAPES, PhaseTimer, random_model, stats_ms, token_gaps
+from bench.tool_requests import ToolCallRequests
 from llgtriton.guides import GuideError, check_grammar, json_schema_grammar
 from llgtriton.messages import ChatMessage
 from llgtriton.settings import EngineSettings
 from tests.support.harness import RecordingSink
 
 logger = logging.getLogger("bench.step_breakdown")
-KINDS = ("free", "shared", "own", "pressed")  # pressed: shared, each request asking for grammar_pressure
+KINDS = ("free", "shared", "own", "pressed", "tools")  # pressed: shared, each request asking for grammar_pressure
+# A stopped output is checked with its request's check: True when it is invalid (None: free, not checked).
+Check = Callable[[str], bool]
 MAX_MODEL_LEN = 2048
 
 
@@ -134,13 +138,13 @@ def instrument(processor: GuidanceLogitsProcessor, parts: Parts, hand_off: threa
 
 def closed_loop(
     scheduler: Scheduler,
-    make: Callable[[int], tuple[EngineRequest, dict[str, Any] | None]],
+    make: Callable[[int], tuple[EngineRequest, Check | None]],
     clients: int,
     per_client: int,
-) -> list[tuple[dict[str, Any] | None, RecordingSink]]:
+) -> list[tuple[Check | None, RecordingSink]]:
     """``clients`` threads, each sending ``per_client`` requests one after another; each done request's
     schema (None: free) and sink."""
-    done: list[tuple[dict[str, Any] | None, RecordingSink]] = []
+    done: list[tuple[Check | None, RecordingSink]] = []
     lock = threading.Lock()
     counter = iter(range(clients * per_client))
 
@@ -148,13 +152,13 @@ def closed_loop(
         for _ in range(per_client):
             with lock:
                 index = next(counter)
-            (request, schema), sink = make(index), RecordingSink()
+            (request, check), sink = make(index), RecordingSink()
             scheduler.submit(request, sink)
             sink.wait(600)
             if sink.error is not None:
                 raise RuntimeError(f"a benchmark request failed: {sink.error}")
             with lock:
-                done.append((schema, sink))
+                done.append((check, sink))
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
     for thread in threads:
@@ -245,44 +249,59 @@ def build(arguments: argparse.Namespace) -> Bench:
 
 @dataclass(frozen=True)
 class Requests:
-    """The requests of each kind: prompts, the shared schema, and JSONSchemaBench's schemas."""
+    """The requests of each kind: prompts, the shared schema, JSONSchemaBench's schemas, and the tool call."""
 
     prompts: list[list[int]]
     own: list[tuple[dict[str, Any], str]]
     max_tokens: int
+    tools: ToolCallRequests
     shared: str = field(default_factory=lambda: json_schema_grammar(SCHEMA))
 
-    def maker(self, kind: str, offset: int) -> Callable[[int], tuple[EngineRequest, dict[str, Any] | None]]:
-        def make(index: int) -> tuple[EngineRequest, dict[str, Any] | None]:
-            schema, grammar = None, None
+    def maker(self, kind: str, offset: int) -> Callable[[int], tuple[EngineRequest, Check | None]]:
+        def make(index: int) -> tuple[EngineRequest, Check | None]:
+            check: Check | None = None
+            grammar, prompts, kept = None, self.prompts, frozenset[int]()
             if kind in ("shared", "pressed"):
-                schema, grammar = SCHEMA, self.shared
+                check, grammar = schema_check(SCHEMA), self.shared
             elif kind == "own":
                 schema, grammar = self.own[(offset + index) % len(self.own)]
+                check = schema_check(schema)
+            elif kind == "tools":
+                check, grammar = self.tools.invalid, self.tools.grammar
+                prompts, kept = self.tools.prompts, self.tools.kept_tokens
             request = EngineRequest(
                 request_id=f"{kind}-{offset}-{index}",
-                prompt_ids=tuple(self.prompts[index % len(self.prompts)]),
+                prompt_ids=tuple(prompts[index % len(prompts)]),
                 max_tokens=self.max_tokens,
                 sampling=SamplingParams(temperature=0.0),
                 stream=True,
                 grammar=grammar,
                 grammar_pressure=kind == "pressed",
+                kept_tokens=kept,
             )
-            return request, schema
+            return request, check
 
         return make
 
 
-def failing_their_schema(done: list[tuple[dict[str, Any] | None, RecordingSink]]) -> int:
-    """Outputs that ended with ``stop`` and do not validate against their schema."""
+def schema_check(schema: dict[str, Any]) -> Check:
+    def invalid(text: str) -> bool:
+        try:
+            jsonschema.validate(json.loads(text), schema)
+        except (ValueError, jsonschema.ValidationError):
+            return True
+        return False
+
+    return invalid
+
+
+def failing_their_schema(done: list[tuple[Check | None, RecordingSink]]) -> int:
+    """Outputs that ended with ``stop`` and fail their check: their schema, or a valid call of the tool."""
     invalid = 0
-    for schema, sink in done:
+    for check, sink in done:
         last = sink.outputs[-1]
-        if schema is not None and last.finish_reason is not None and last.finish_reason.value == "stop":
-            try:
-                jsonschema.validate(json.loads(sink.text), schema)
-            except (ValueError, jsonschema.ValidationError):
-                invalid += 1
+        if check is not None and last.finish_reason is not None and last.finish_reason.value == "stop":
+            invalid += check(sink.text)
     return invalid
 
 
@@ -418,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logger.info("%d schemas compile", len(own))
     template = ChatTemplate(bench.tokenizer)
     prompts = [template.render([ChatMessage("user", f"Describe person number {i} as JSON.")]) for i in range(64)]
-    requests = Requests(prompts, own, arguments.max_tokens)
+    requests = Requests(prompts, own, arguments.max_tokens, ToolCallRequests.for_template(template, 64))
     closed_loop(bench.scheduler, requests.maker("shared", 0), 4, 1)  # warm up
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if arguments.device.startswith("cuda") else "cpu",

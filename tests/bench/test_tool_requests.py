@@ -1,0 +1,67 @@
+"""The tool-call requests of ``bench.step_breakdown``: their grammar takes a valid call and their check
+passes it; the check refuses anything else. SmolLM2's own template (the generic format), a hermes
+template, and Llama 3.2's tokenizer with a Llama 3 JSON template."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import llguidance
+import pytest
+
+from backend.chat_template import ChatTemplate
+from backend.guidance_tokenizer import guidance_tokenizer
+from bench.tool_requests import ToolCallRequests
+from llgtriton.tools import PastCall
+from tests.backend.llama_tokenizer import llama_tokenizer
+
+TEMPLATES = Path(__file__).parents[1] / "fixtures" / "chat_templates"
+
+
+@pytest.fixture(scope="module", params=["generic", "hermes", "llama3_json"])
+def hf_and_template(request: pytest.FixtureRequest, tokenizer: Any) -> tuple[Any, ChatTemplate]:
+    if request.param == "generic":
+        return tokenizer, ChatTemplate(tokenizer)
+    hf = llama_tokenizer() if request.param == "llama3_json" else tokenizer
+    template = ChatTemplate(hf, TEMPLATES / f"{request.param}.jinja")
+    assert template.tool_format.name == request.param
+    return hf, template
+
+
+def written(requests: ToolCallRequests, call: PastCall) -> str:
+    """``call`` as the model writes it when it must call: a listed format's trigger only where it is always written."""
+    text = requests.form.write([call])
+    if requests.form.listed and not requests.form.always_triggered:
+        return text[len(requests.form.trigger) :]
+    return text
+
+
+def test_a_valid_call_is_what_the_grammar_takes_and_the_check_passes(hf_and_template: tuple[Any, ChatTemplate]) -> None:
+    hf, template = hf_and_template
+    requests = ToolCallRequests.for_template(template, 2)
+    assert len(requests.prompts) == 2 and requests.prompts[0] != requests.prompts[1]
+    text = written(requests, PastCall("get_weather", '{"city": "Paris", "unit": "celsius"}'))
+    assert not requests.invalid(text)
+    guidance = guidance_tokenizer(hf, len(hf), [hf.eos_token_id])
+    matcher = llguidance.LLMatcher(guidance, requests.grammar, log_level=0)
+    assert matcher.consume_tokens(guidance.tokenize_str(text)), matcher.get_error()
+    assert matcher.is_accepting()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        PastCall("get_weather", '{"city": "Paris", "unit": "kelvin"}'),  # not one of the units
+        PastCall("get_weather", '{"city": "Paris"}'),  # the unit is required
+        PastCall("get_time", '{"city": "Paris", "unit": "celsius"}'),  # no such tool
+    ],
+)
+def test_a_wrong_call_fails_the_check(hf_and_template: tuple[Any, ChatTemplate], call: PastCall) -> None:
+    requests = ToolCallRequests.for_template(hf_and_template[1], 1)
+    assert requests.invalid(written(requests, call))
+
+
+def test_text_without_a_call_fails_the_check(hf_and_template: tuple[Any, ChatTemplate]) -> None:
+    requests = ToolCallRequests.for_template(hf_and_template[1], 1)
+    assert requests.invalid("It is sunny in Paris.")
