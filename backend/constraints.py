@@ -19,7 +19,6 @@ request) adapts at its edge, ``backend/trtllm/hooks.py``, through
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
@@ -33,6 +32,7 @@ import numpy as np
 import torch
 from llguidance import LLMatcher, LLTokenizer
 
+from backend.cpu_cores import usable_cores
 from backend.errors import InvalidConstraint, Unavailable
 from backend.guidance_tokenizer import PlainTextTokenizer, guidance_tokenizers
 from backend.masking import BitmaskApplier, CpuBitmaskApplier
@@ -228,7 +228,12 @@ class _MatcherState:
 
 
 # More lanes than this only compile a shared grammar more often: llguidance's threads rarely exceed it.
-MAX_LANES = 16
+_MAX_LANES = 16
+
+
+def lanes_for(mask_threads: int | None = None) -> int:
+    """How many lanes a grammar cache gives a grammar in use: one per mask thread (default: per usable core)."""
+    return min(mask_threads or usable_cores(), _MAX_LANES)
 
 
 def _by_lane(pairs: Sequence[tuple[_MatcherState, int]]) -> list[tuple[LLMatcher, int]]:
@@ -257,7 +262,7 @@ class GuidanceLogitsProcessor:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, logits have {vocab_size}")
         self._tokenizer = tokenizer
         self.plain_tokenizer = plain_tokenizer
-        self.mask_threads = mask_threads or len(os.sched_getaffinity(0))
+        self.mask_threads = mask_threads or usable_cores()
         self.vocab_size = vocab_size
         self._states: dict[int, _MatcherState] = {}
         self._executor = llguidance.LLExecutor(num_threads=mask_threads)
@@ -322,8 +327,8 @@ class GuidanceLogitsProcessor:
         for state in states:
             state.consumed += 1
         try:
-            live.sort(key=lambda pair: pair[0].lane)
-            accepted = llguidance.numpy.consume_token_par(self._executor, _by_lane(live))
+            live.sort(key=lambda pair: pair[0].lane)  # lane by lane, as _by_lane orders them; `accepted` follows
+            accepted = llguidance.numpy.consume_token_par(self._executor, [(s.matcher, t) for s, t in live])
         except Exception as exc:
             # Which matchers consumed the token before the failure is unknown, and retrying could
             # consume it twice and let the output drift from the grammar: these requests end instead.
@@ -453,5 +458,5 @@ class Guidance:
 
     @classmethod
     def for_processor(cls, processor: GuidanceLogitsProcessor) -> Guidance:
-        lanes = min(processor.mask_threads, MAX_LANES)
+        lanes = lanes_for(processor.mask_threads)
         return cls(processor, GrammarCache(processor.tokenizer, lanes=lanes, plain_tokenizer=processor.plain_tokenizer))

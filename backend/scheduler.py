@@ -143,25 +143,27 @@ class Scheduler:
                 )
             if len(self._waiting) + len(self._compiling) >= self._max_queue_size:
                 raise Unavailable(f"the request queue is full ({self._max_queue_size} waiting); retry later")
-            matcher = None
+            grammar_copy = None
             if request.grammar is not None and self._guidance is not None:
-                matcher = self._guidance.grammars.cached_copy(request.grammar)
-            compiling = request.grammar is not None and self._guidance is not None and matcher is None
+                grammar_copy = self._guidance.grammars.cached_copy(request.grammar)
+            compiling = request.grammar is not None and self._guidance is not None and grammar_copy is None
             if compiling or request.prompt_logprobs is not None:  # off the loop thread; it joins the queue when ready
                 pool = self._compiler if compiling else self._scorer
-                future = pool.submit(self._prepare_and_enqueue, request, sink, matcher)
+                future = pool.submit(self._prepare_and_enqueue, request, sink, grammar_copy)
                 self._compiling[future] = sink
                 future.add_done_callback(self._compiled)
                 return
-            self._waiting.append(_Waiting(request, sink, matcher))
+            self._waiting.append(_Waiting(request, sink, grammar_copy))
             self._wakeup.notify()
 
-    def _prepare_and_enqueue(self, request: EngineRequest, sink: ResponseSink, matcher: GrammarCopy | None) -> None:
+    def _prepare_and_enqueue(
+        self, request: EngineRequest, sink: ResponseSink, grammar_copy: GrammarCopy | None
+    ) -> None:
         """Compile the request's grammar and score its prompt, as it needs, then queue it."""
         prompt_logprobs = None
         try:
-            if matcher is None and request.grammar is not None and self._guidance is not None:
-                matcher = self._guidance.grammars.copy(request.grammar)
+            if grammar_copy is None and request.grammar is not None and self._guidance is not None:
+                grammar_copy = self._guidance.grammars.copy(request.grammar)
         except Exception as exc:  # it fails this request only
             if not isinstance(exc, BackendError):
                 logger.exception("compiling a grammar failed")
@@ -185,7 +187,7 @@ class Scheduler:
             if self._stopping:
                 deliver_failure(sink, Unavailable("the backend is shutting down"))
                 return
-            self._waiting.append(_Waiting(request, sink, matcher, prompt_logprobs))
+            self._waiting.append(_Waiting(request, sink, grammar_copy, prompt_logprobs))
             self._wakeup.notify()
 
     def _compiled(self, future: Future[None]) -> None:

@@ -51,7 +51,7 @@ import torch
 
 from backend.assembly import torch_engine
 from backend.chat_template import ChatTemplate
-from backend.constraints import MAX_LANES, GrammarCache, Guidance, GuidanceLogitsProcessor
+from backend.constraints import GrammarCache, Guidance, GuidanceLogitsProcessor, lanes_for
 from backend.guidance_tokenizer import PlainTextTokenizer
 from backend.masking import bitmask_applier
 from backend.requests import EngineRequest, SamplingParams
@@ -228,7 +228,7 @@ def build(arguments: argparse.Namespace) -> Bench:
         processor.tokenizer,
         capacity=4096,
         max_bytes=1 << 30,
-        lanes=min(processor.mask_threads, MAX_LANES),
+        lanes=lanes_for(processor.mask_threads),
         plain_tokenizer=processor.plain_tokenizer,
     )
     scheduler = Scheduler(

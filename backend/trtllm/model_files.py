@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from llguidance import LLMatcher, LLTokenizer
 
-from backend.constraints import MAX_LANES, GrammarCache, GrammarCopy
+from backend.constraints import GrammarCache, GrammarCopy, lanes_for
 from backend.errors import BackendError
 from backend.guidance_tokenizer import guidance_tokenizers
 from backend.model_loader import eos_token_ids
@@ -136,7 +135,6 @@ def load_model_files(settings: EngineSettings) -> TrtllmModel:
     context = int(context or DEFAULT_CONTEXT)
     eos = _eos_ids(tokenizer, tokenizer_dir)
     tokenizers = guidance_tokenizers(tokenizer, vocab_size, eos)
-    lanes = min(len(os.sched_getaffinity(0)), MAX_LANES)  # the post-processor's executor has a thread per core
     return TrtllmModel(
         kind=kind,
         model_dir=model_dir,
@@ -147,5 +145,6 @@ def load_model_files(settings: EngineSettings) -> TrtllmModel:
         vocab_size=vocab_size,
         max_model_len=min(settings.max_model_len or context, context),
         guidance_tokenizer=tokenizers.text,
-        _grammars=GrammarCache(tokenizers.text, lanes=lanes, plain_tokenizer=tokenizers.plain),
+        # The post-processor's executor has a thread per usable core.
+        _grammars=GrammarCache(tokenizers.text, lanes=lanes_for(), plain_tokenizer=tokenizers.plain),
     )
