@@ -34,6 +34,7 @@ them. Outputs that end with ``stop`` are checked against their schema with ``jso
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import statistics
@@ -56,6 +57,7 @@ from backend.guidance_tokenizer import PlainTextTokenizer
 from backend.masking import bitmask_applier
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
+from backend.service import GenerationService
 from bench.jsonschemabench import DEFAULT_DATA, SCHEMA, load_schemas
 from bench.reports import write_report
 from bench.tbt_overhead import SHAPES, PhaseTimer, random_model, stats_ms, token_gaps
@@ -259,25 +261,25 @@ class Requests:
 
     def maker(self, kind: str, offset: int) -> Callable[[int], tuple[EngineRequest, Check | None]]:
         def make(index: int) -> tuple[EngineRequest, Check | None]:
+            request_id = f"{kind}-{offset}-{index}"
+            if kind == "tools":  # as the backend prepared it
+                prepared = self.tools.requests[index % len(self.tools.requests)]
+                return dataclasses.replace(prepared, request_id=request_id), self.tools.invalid
             check: Check | None = None
-            grammar, prompts, kept = None, self.prompts, frozenset[int]()
+            grammar = None
             if kind in ("shared", "pressed"):
                 check, grammar = schema_check(SCHEMA), self.shared
             elif kind == "own":
                 schema, grammar = self.own[(offset + index) % len(self.own)]
                 check = schema_check(schema)
-            elif kind == "tools":
-                check, grammar = self.tools.invalid, self.tools.grammar
-                prompts, kept = self.tools.prompts, self.tools.kept_tokens
             request = EngineRequest(
-                request_id=f"{kind}-{offset}-{index}",
-                prompt_ids=tuple(prompts[index % len(prompts)]),
+                request_id=request_id,
+                prompt_ids=tuple(self.prompts[index % len(self.prompts)]),
                 max_tokens=self.max_tokens,
                 sampling=SamplingParams(temperature=0.0),
                 stream=True,
                 grammar=grammar,
                 grammar_pressure=kind == "pressed",
-                kept_tokens=kept,
             )
             return request, check
 
@@ -437,7 +439,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     logger.info("%d schemas compile", len(own))
     template = ChatTemplate(bench.tokenizer)
     prompts = [template.render([ChatMessage("user", f"Describe person number {i} as JSON.")]) for i in range(64)]
-    requests = Requests(prompts, own, arguments.max_tokens, ToolCallRequests.for_template(template, 64))
+    service = GenerationService(
+        bench.tokenizer, template, bench.scheduler, vocab_size=bench.vocab, max_model_len=MAX_MODEL_LEN
+    )
+    tools = ToolCallRequests.prepared_by(service, 64, arguments.max_tokens)
+    requests = Requests(prompts, own, arguments.max_tokens, tools)
     closed_loop(bench.scheduler, requests.maker("shared", 0), 4, 1)  # warm up
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if arguments.device.startswith("cuda") else "cpu",

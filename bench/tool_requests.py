@@ -1,9 +1,10 @@
 """Requests that must call a tool, in the model's own call format, and the check of their calls (issue 51).
 
-The prompt is rendered with the tool by the model's chat template, the grammar is the one the
-backend builds for ``tool_choice: required`` (``llgtriton.request_grammar``), and a finished output is
-read the way the proxy reads it (``proxy.tool_calls.read_answer``): it must hold at least one call,
-each naming the tool with arguments that validate against its parameters.
+The requests are prepared as the backend prepares a chat request with ``tool_choice: required``
+(``GenerationService.prepare``: the model's chat template renders the tool, the grammar is the
+call format's, the format's tags are kept in the text). A finished output is read the way the
+proxy reads it (``proxy.tool_calls.read_answer``): it must hold at least one call, each naming the
+tool with arguments that validate against its parameters.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from dataclasses import dataclass
 
 import jsonschema
 
-from backend.chat_template import ChatTemplate
+from backend.requests import EngineRequest
+from backend.service import GenerationService
 from llgtriton.messages import ChatMessage
-from llgtriton.request_grammar import request_grammar
 from llgtriton.tool_formats import ToolCallFormat
 from llgtriton.tools import Function, ToolMode, ToolRequest
 from llgtriton.wire import GenerationRequest
@@ -31,37 +32,36 @@ WEATHER = Function(
         "required": ["city", "unit"],
     },
 )
+TOOLS = ToolRequest((WEATHER,), ToolMode.REQUIRED)
 
 
 @dataclass(frozen=True)
 class ToolCallRequests:
-    """Prompts that offer the tool, the grammar that makes the model call it, and what the text keeps."""
+    """Greedy streamed requests that must call the tool, prepared by the backend, and the format they call in."""
 
-    prompts: list[list[int]]
-    grammar: str
-    kept_tokens: frozenset[int]
-    tools: ToolRequest
+    requests: list[EngineRequest]
     form: ToolCallFormat
 
     @classmethod
-    def for_template(cls, template: ChatTemplate, count: int) -> ToolCallRequests:
-        tools = ToolRequest((WEATHER,), ToolMode.REQUIRED)
-        prompts = [
-            template.render([ChatMessage("user", f"What is the weather in city number {i}?")], tools)
+    def prepared_by(cls, service: GenerationService, count: int, max_tokens: int) -> ToolCallRequests:
+        requests = [
+            service.prepare(
+                GenerationRequest(
+                    messages=(ChatMessage("user", f"What is the weather in city number {i}?"),),
+                    tools=TOOLS,
+                    max_tokens=max_tokens,
+                    temperature=0.0,
+                    stream=True,
+                ),
+                f"tools-{i}",
+            )
             for i in range(count)
         ]
-        grammar = request_grammar(
-            GenerationRequest(prompt="", tools=tools), template.tool_format, template.special_tokens, None
-        )
-        assert grammar is not None  # tools always make a grammar
-        form = template.tool_format
-        tags = [tag for tag in form.tags if tag != form.marker]  # as the backend keeps them for the proxy
-        kept = frozenset(template.special_tokens[tag] for tag in tags if tag in template.special_tokens)
-        return cls(prompts, grammar, kept, tools, form)
+        return cls(requests, service.tool_format)
 
     def invalid(self, text: str) -> bool:
         """Whether a finished output fails to call the tool with valid arguments."""
-        answer = read_answer(ToolPlan(self.tools), text, self.form)
+        answer = read_answer(ToolPlan(TOOLS), text, self.form)
         if not answer.calls:
             return True
         for call in answer.calls:
