@@ -158,7 +158,7 @@ class PlainTextTokenizer:
         """Whether ``grammar`` (llguidance's JSON form) is a JSON schema that can never force a spelling's end."""
         try:
             top = json.loads(grammar)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nothing is proven of a grammar that cannot be read)
             return False
         if not isinstance(top, dict) or not set(top) <= {"grammars", "max_tokens"}:
             return False
@@ -168,7 +168,10 @@ class PlainTextTokenizer:
         (entry,) = grammars
         if "json_schema" not in entry or not set(entry) <= {"name", "json_schema", "lark_grammar"}:
             return False
-        return entry.get("lark_grammar") is None and self._plain(entry["json_schema"])
+        try:
+            return entry.get("lark_grammar") is None and self._plain(entry["json_schema"])
+        except RecursionError:
+            return False
 
     def _plain(self, node: Any) -> bool:
         if isinstance(node, str):

@@ -163,6 +163,15 @@ def test_a_schema_that_could_force_a_spellings_end_reads_forced_text_as_text(
     assert not tokenizers.plain.reads_plainly(json_schema_grammar(schema))
 
 
+@pytest.mark.parametrize("depth", [900, 3000])  # walked, and too deep for Python's parser
+def test_a_schema_nested_past_what_can_be_walked_reads_forced_text_as_text(
+    smollm_both: tuple[Any, Any], depth: int
+) -> None:
+    _, tokenizers = smollm_both
+    schema = '{"items":' * depth + '{"const": "a>"}' + "}" * depth
+    assert not tokenizers.plain.reads_plainly('{"grammars":[{"json_schema":' + schema + "}]}")
+
+
 def test_a_lark_or_regex_grammar_reads_forced_text_as_text(smollm_both: tuple[Any, Any]) -> None:
     _, tokenizers = smollm_both
     assert not tokenizers.plain.reads_plainly(grammar_for(GuideType.REGEX, "[a-z]+"))
