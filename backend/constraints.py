@@ -8,12 +8,11 @@ to end that request with an error.
 
 The tokens reach the matchers ahead of the masks. The torch engine's step loop knows them
 before its next forward pass and calls :meth:`~GuidanceLogitsProcessor.prefetch`: they are
-consumed and the next masks computed on a worker thread while the forward pass runs, and
-``mask`` only applies them. (With ``masks_on_worker`` off, ``mask`` computes them itself, on the
-step loop's thread, once the forward pass is queued: an experiment of issue 51, measured with
-``bench.step_breakdown --masks-on``.) TensorRT-LLM's batched hook (one tensor and one whole token list per
-request) adapts at its edge, ``backend/trtllm/hooks.py``, through
-:meth:`~GuidanceLogitsProcessor.consume`.
+consumed and the next masks computed while the forward pass runs, and ``mask`` only applies
+them: on a worker thread while the step loop delivers the tokens, or on the step loop's thread
+right after it queued that pass (the scheduler's ``masks_on_loop_rows`` says when). TensorRT-LLM's
+batched hook (one tensor and one whole token list per request) adapts at its edge,
+``backend/trtllm/hooks.py``, through :meth:`~GuidanceLogitsProcessor.consume`.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -205,26 +204,31 @@ class GrammarCache:
             self._bytes = 0
 
 
-class _OnWaiter:
-    """A step's masks computed by the thread that first waits for them, as a future of the worker's
-    would be: the step loop asks for them right after queueing the forward pass, so on a GPU they
-    are computed while it runs, with no other thread to share the GIL with."""
-
-    def __init__(self, work: Callable[[], None]) -> None:
-        self._work: Callable[[], None] | None = work
-
-    def result(self) -> None:
-        work, self._work = self._work, None
-        if work is not None:
-            work()
-
-
 @dataclass(eq=False)
 class _MatcherState:
+    client_id: int
     matcher: LLMatcher
     consumed: int  # how many of the request's tokens (prompt included) the matcher has seen
     lane: int = 0  # its template's lane: the parallel calls take rows lane by lane
     error: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class _Prefetch:
+    """A step handed to the worker: its requests in row order (the masks' rows), and the same as a set."""
+
+    ids: tuple[int, ...]
+    members: frozenset[int]
+    done: Future[None]
+
+
+@dataclass(frozen=True)
+class MaskedRows:
+    """What :meth:`GuidanceLogitsProcessor.mask` masked: the step's constrained rows, in order, and with
+    ``report_pressure`` each one's grammar pressure as the applier gives it."""
+
+    rows: list[int]
+    pressure: torch.Tensor | None = None
 
 
 # More lanes than this only compile a shared grammar more often: llguidance's threads rarely exceed it.
@@ -236,10 +240,10 @@ def lanes_for(mask_threads: int | None = None) -> int:
     return min(mask_threads or usable_cores(), _MAX_LANES)
 
 
-def _by_lane(pairs: Sequence[tuple[_MatcherState, int]]) -> list[tuple[LLMatcher, int]]:
-    """The (matcher, argument) pairs ordered by lane: llguidance splits its list into runs, one run to a
+def _by_lane(states: Sequence[_MatcherState]) -> list[int]:
+    """Indices of ``states`` ordered by lane: llguidance splits its list into runs, one run to a
     thread, and rows of one lane would wait for each other's lock."""
-    return [(state.matcher, argument) for state, argument in sorted(pairs, key=lambda pair: pair[0].lane)]
+    return sorted(range(len(states)), key=lambda index: states[index].lane)
 
 
 class GuidanceLogitsProcessor:
@@ -251,11 +255,9 @@ class GuidanceLogitsProcessor:
         *,
         applier: BitmaskApplier | None = None,
         mask_threads: int | None = None,
-        masks_on_worker: bool = True,
         plain_tokenizer: PlainTextTokenizer | None = None,
     ) -> None:
-        """``masks_on_worker=False`` computes each step's masks on the thread that waits for them
-        instead of on a worker thread ahead of time (see :meth:`prefetch`). ``plain_tokenizer`` is
+        """``plain_tokenizer`` is
         what :class:`GrammarCache` may compile grammars that never force a special token's spelling
         with."""
         if tokenizer.vocab_size != vocab_size:
@@ -265,12 +267,12 @@ class GuidanceLogitsProcessor:
         self.mask_threads = mask_threads or usable_cores()
         self.vocab_size = vocab_size
         self._states: dict[int, _MatcherState] = {}
+        self._failures: dict[int, str] = {}  # client id -> why its constraint failed (usually empty)
         self._executor = llguidance.LLExecutor(num_threads=mask_threads)
         self._applier = applier or CpuBitmaskApplier(vocab_size, max_batch_size)
         self._eos_only = torch.zeros((vocab_size + 31) // 32, dtype=torch.int32)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llgtriton-masks")
-        self.masks_on_worker = masks_on_worker
-        self._prefetched: tuple[tuple[int, ...], Future[None] | _OnWaiter] | None = None
+        self._prefetched: _Prefetch | None = None
         for token in tokenizer.eos_tokens:
             self._eos_only[token >> 5] |= 1 << (token & 31)
 
@@ -301,75 +303,98 @@ class GuidanceLogitsProcessor:
         return self._tokenizer
 
     def add(self, client_id: int, matcher: LLMatcher, prompt_length: int, lane: int = 0) -> None:
-        self._states[client_id] = _MatcherState(matcher=matcher, consumed=prompt_length, lane=lane)
+        self._states[client_id] = _MatcherState(client_id, matcher, consumed=prompt_length, lane=lane)
+        self._failures.pop(client_id, None)
 
     def remove(self, client_id: int) -> None:
-        if self._prefetched is not None and client_id in self._prefetched[0]:
+        if self._prefetched is not None and client_id in self._prefetched.members:
             self._wait_for_prefetch()  # the worker may be using this request's matcher
         self._states.pop(client_id, None)
+        self._failures.pop(client_id, None)
 
-    def prefetch(self, client_ids: Sequence[int], tokens: Sequence[int]) -> None:
+    def _fail(self, state: _MatcherState, message: str) -> None:
+        """Record the first reason ``state``'s constraint failed; the request may then only end."""
+        if state.error is None:
+            state.error = message
+            self._failures[state.client_id] = message
+
+    def prefetch(self, client_ids: Sequence[int], tokens: Sequence[int], *, on_worker: bool = True) -> None:
         """Consume each request's newest token and compute the next masks: on the worker thread, or
-        (``masks_on_worker`` off) on the thread that next waits for them."""
+        (``on_worker`` False) here, before returning."""
         self._wait_for_prefetch()
-        pairs = [(cid, token) for cid, token in zip(client_ids, tokens, strict=True) if cid in self._states]
+        if not self._states:
+            return
+        found = self._states.get
+        pairs = [(state, token) for cid, token in zip(client_ids, tokens, strict=True) if (state := found(cid))]
         if pairs:
-            ids = tuple(cid for cid, _ in pairs)
-            if self.masks_on_worker:
-                self._prefetched = (ids, self._worker.submit(self._compute_ahead, pairs))
-            else:
-                self._prefetched = (ids, _OnWaiter(lambda: self._compute_ahead(pairs)))
+            ids = tuple(state.client_id for state, _ in pairs)
+            if on_worker:
+                done = self._worker.submit(self._compute_ahead, pairs)
+            else:  # computed now; a failure is kept for _wait_for_prefetch, as the worker's would be
+                done = Future()
+                try:
+                    self._compute_ahead(pairs)
+                    done.set_result(None)
+                except Exception as exc:
+                    done.set_exception(exc)
+            self._prefetched = _Prefetch(ids, frozenset(ids), done)
 
-    def _compute_ahead(self, pairs: list[tuple[int, int]]) -> None:
+    def _compute_ahead(self, pairs: list[tuple[_MatcherState, int]]) -> None:
         """Consume and compute in parallel with the GIL released: the step loop's thread keeps running."""
-        states = [self._states[cid] for cid, _ in pairs]
-        live = [(state, token) for state, (_, token) in zip(states, pairs, strict=True) if state.error is None]
+        states = [state for state, _ in pairs]
+        order = _by_lane(states)  # one order for both calls
+        live = [index for index in order if states[index].error is None]
         for state in states:
             state.consumed += 1
         try:
-            live.sort(key=lambda pair: pair[0].lane)  # lane by lane, as _by_lane orders them; `accepted` follows
-            accepted = llguidance.numpy.consume_token_par(self._executor, [(s.matcher, t) for s, t in live])
+            consumed = [(states[index].matcher, pairs[index][1]) for index in live]
+            accepted = llguidance.numpy.consume_token_par(self._executor, consumed)
         except Exception as exc:
             # Which matchers consumed the token before the failure is unknown, and retrying could
             # consume it twice and let the output drift from the grammar: these requests end instead.
             logger.exception("consuming tokens in parallel failed")
-            for state, _ in live:
-                state.error = f"the constraint failed on a token: {exc}"
+            for index in live:
+                self._fail(states[index], f"the constraint failed on a token: {exc}")
         else:
-            for (state, _), ok in zip(live, accepted, strict=True):
+            for index, ok in zip(live, accepted, strict=True):
                 if not ok:
-                    state.error = f"the constraint rejected a token: {short(state.matcher.get_error())}"
-        self._fill(states, self._applier.host_masks(len(states)), 0)
+                    state = states[index]
+                    self._fail(state, f"the constraint rejected a token: {short(state.matcher.get_error())}")
+        self._fill(states, self._applier.host_masks(len(states)), 0, order)
 
     def _wait_for_prefetch(self) -> tuple[int, ...]:
         """Wait for the worker; return the ids whose masks it left in rows 0.. of the buffer."""
-        if self._prefetched is None:
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is None:
             return ()
-        ids, future = self._prefetched
-        self._prefetched = None
         try:
-            future.result()
+            prefetched.done.result()
         except Exception as exc:  # _fill records errors per request; this is a bug in the worker itself
             # Whether the worker consumed the tokens is unknown: a matcher that lags its request
             # would mask wrongly, so these requests may only end.
             logger.exception("computing masks ahead failed")
-            for cid in ids:
+            for cid in prefetched.ids:
                 state = self._states.get(cid)
                 if state is not None:
-                    state.error = state.error or f"computing the token masks failed: {short(str(exc))}"
+                    self._fail(state, f"computing the token masks failed: {short(str(exc))}")
             return ()
-        return ids
+        return prefetched.ids
 
     def error(self, client_id: int) -> str | None:
-        state = self._states.get(client_id)
-        return None if state is None else state.error
+        return self._failures.get(client_id)
+
+    @property
+    def failures(self) -> Mapping[int, str]:
+        """Why each failed request's constraint failed, by client id: usually empty, so a step checks
+        its rows against it only when it is not."""
+        return self._failures
 
     def is_constrained(self, client_id: int) -> bool:
         return client_id in self._states
 
     def is_accepting(self, client_id: int) -> bool:
         """Whether the tokens the request's matcher has consumed form a complete output."""
-        if self._prefetched is not None and client_id in self._prefetched[0]:
+        if self._prefetched is not None and client_id in self._prefetched.members:
             self._wait_for_prefetch()  # (the worker may be consuming this request's token)
         state = self._states.get(client_id)
         return state is not None and state.error is None and state.matcher.is_accepting()
@@ -385,7 +410,7 @@ class GuidanceLogitsProcessor:
         if state.error is not None or not new:
             return
         if not state.matcher.consume_tokens(list(new)):
-            state.error = f"the constraint rejected a token: {short(state.matcher.get_error())}"
+            self._fail(state, f"the constraint rejected a token: {short(state.matcher.get_error())}")
 
     def mask(
         self,
@@ -394,57 +419,58 @@ class GuidanceLogitsProcessor:
         stream_ptr: int,
         *,
         report_pressure: bool = False,
-    ) -> torch.Tensor | None:
-        """Mask each constrained row of a step with its request's next mask.
+    ) -> MaskedRows | None:
+        """Mask each constrained row of a step with its request's next mask; None if no row is constrained.
 
         ``logits`` is the step's ``[B, V]`` tensor, or one tensor per request; row ``i`` belongs to
         ``client_ids[i]`` (None, or a request without a constraint: left alone). Every token a
         request sampled must have reached its matcher first, through :meth:`prefetch` or
         :meth:`consume`. Masks the worker computed ahead for these requests are used as they are.
-        With ``report_pressure`` (one tensor only) it returns each constrained row's
+        With ``report_pressure`` (one tensor only) its ``pressure`` holds each constrained row's
         :func:`~backend.grammar_pressure.pressure_of`, rows in step order, as the applier gives it
         (read it once the stream has passed the step, and before the next step's call, which may
         overwrite it).
         """
         ready = self._wait_for_prefetch()
-        rows: list[int] = []
-        states: list[_MatcherState] = []
-        for row, cid in enumerate(client_ids):
-            state = self._states.get(cid) if cid is not None else None
-            if state is not None:
-                rows.append(row)
-                states.append(state)
-        if not rows:
+        if not self._states:
             return None
+        found = self._states.get
+        constrained = [(row, state) for row, cid in enumerate(client_ids) if cid is not None and (state := found(cid))]
+        if not constrained:
+            return None
+        rows = [row for row, _ in constrained]
+        states = [state for _, state in constrained]
         # Rows the worker already computed, as far as they are the same requests in the same order, are
         # reused (one that ended on a stop string meanwhile shifts the rest: those are computed again).
         done = 0
-        while done < len(ready) and done < len(rows) and client_ids[rows[done]] == ready[done]:
+        while done < len(ready) and done < len(states) and states[done].client_id == ready[done]:
             done += 1
-        self._fill(states[done:], self._applier.host_masks(len(rows)), done)
+        rest = states[done:]
+        self._fill(rest, self._applier.host_masks(len(rows)), done, _by_lane(rest))
         if not isinstance(logits, torch.Tensor):
             if report_pressure:
                 raise ValueError("the grammar's pressure is reported for one tensor's rows only")
             self._applier.apply([logits[row] for row in rows], stream_ptr)
-            return None
+            return MaskedRows(rows)
         chosen = None if len(rows) == logits.shape[0] else rows
-        return self._applier.apply(logits, stream_ptr, rows=chosen, report_pressure=report_pressure)
+        return MaskedRows(rows, self._applier.apply(logits, stream_ptr, rows=chosen, report_pressure=report_pressure))
 
-    def _fill(self, states: Sequence[_MatcherState], masks: torch.Tensor, first: int) -> None:
-        """Masks of ``states`` into rows ``first``.. of ``masks``; EOS-only for failed matchers."""
+    def _fill(self, states: Sequence[_MatcherState], masks: torch.Tensor, first: int, order: Sequence[int]) -> None:
+        """Masks of ``states`` into rows ``first``.. of ``masks``, computed in ``order`` (by lane); EOS-only
+        for failed matchers."""
         if not states:
             return
         try:
-            llguidance.numpy.fill_next_token_bitmask_par(
-                self._executor, _by_lane([(state, first + i) for i, state in enumerate(states)]), masks.numpy()
-            )
+            targets = [(states[index].matcher, first + index) for index in order]
+            llguidance.numpy.fill_next_token_bitmask_par(self._executor, targets, masks.numpy())
         except Exception as exc:  # never fail the batch: every constrained row may only end
             logger.exception("computing token masks failed")
             for state in states:
-                state.error = state.error or f"computing the token mask failed: {short(str(exc))}"
+                self._fail(state, f"computing the token mask failed: {short(str(exc))}")
         for index, state in enumerate(states):
             if state.error is None and state.matcher.is_error():  # llguidance then leaves an end-only mask
-                state.error = f"the constraint failed while computing the next mask: {short(state.matcher.get_error())}"
+                why = short(state.matcher.get_error())
+                self._fail(state, f"the constraint failed while computing the next mask: {why}")
             if state.error is not None:
                 masks[first + index] = self._eos_only
 

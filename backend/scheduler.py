@@ -44,7 +44,6 @@ from backend.requests import EngineRequest
 from backend.sampling import (
     apply_logit_bias,
     apply_penalties,
-    greedy_tokens,
     make_generator,
     sample_token,
     token_logprobs,
@@ -54,6 +53,8 @@ from llgtriton.wire import Alternative, FinishReason, GenerationOutput, PromptLo
 
 logger = logging.getLogger(__name__)
 _NOTHING_REMOVED = (0.0, 0.0)  # the figures of a step the grammar did not mask
+# Launched ahead, steps of up to this many constrained rows compute their masks on the step loop.
+MASKS_ON_LOOP_ROWS = 64
 
 
 @dataclass(eq=False, kw_only=True)
@@ -62,6 +63,7 @@ class _Sequence(OutputStream):
 
     seq_id: int
     generator: torch.Generator
+    argmax_only: bool = False  # greedy with no hook, bias, penalty or logprobs: its token is its row's argmax
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,12 +102,22 @@ class Scheduler:
         compile_threads: int = 4,
         token_bytes: Callable[[int], bytes] | None = None,
         launch_ahead: bool = False,
+        masks_on_loop_rows: int | None = None,
     ) -> None:
         """``token_bytes`` gives a token's exact bytes for logprobs (default: its decoded text).
         ``launch_ahead`` queues each step's decode pass as soon as its tokens are sampled, before they
         are delivered, so that the device runs it meanwhile (a request a stop string or a
-        cancellation then ends has its row computed once for nothing)."""
+        cancellation then ends has its row computed once for nothing).
+
+        ``masks_on_loop_rows``: a step with at most this many constrained rows computes its next
+        masks on the step loop's thread once the next pass is queued; a larger one hands them to
+        the processor's worker before it queues that pass, and delivers its tokens meanwhile. Both
+        then run under the pass; the worker's calls into llguidance wait for the GIL while the step
+        loop delivers, and on the H200 it was the faster at 256 rows, the step loop at 64 (issue 51).
+        Default: 64 when launched ahead, else 0 (the worker: the next pass is queued later)."""
         self.launch_ahead = launch_ahead
+        default_rows = MASKS_ON_LOOP_ROWS if launch_ahead else 0
+        self.masks_on_loop_rows = default_rows if masks_on_loop_rows is None else masks_on_loop_rows
         self._ahead: _Launched | None = None  # the decode pass queued by the last step (launch_ahead)
         self._engine = engine
         self._token_bytes = token_bytes or (lambda token: decoder.decode([token]).encode())
@@ -252,23 +264,30 @@ class Scheduler:
             )
             step.extend(joined)
         # One [rows, V] tensor for the step; decode and prefill meet only on the steps that admit.
-        logits = parts[0] if len(parts) == 1 else torch.cat(parts) if parts else None
-        rows = list(zip(step, logits, strict=True)) if logits is not None else []
+        if not parts:
+            return
+        logits = parts[0] if len(parts) == 1 else torch.cat(parts)
         asking = [(row, seq.pressure) for row, seq in enumerate(step) if seq.pressure is not None]  # usually none
         masking_started = time.perf_counter()
-        constrained, pressure = self._constrain(step, logits, bool(asking)) if logits is not None else (0, None)
+        constrained, pressure = self._constrain(step, logits, bool(asking))
         masking_seconds = time.perf_counter() - masking_started if constrained else 0.0
-        sampled = self._sample(rows)
+        sampled = self._sample(step, logits)
         # (Sampling read the tokens back, so the stream has written the figures; with nothing sampled,
         # every row ended and its tally is not read.)
         self._tally_pressure(asking, pressure if sampled else None)
-        self._compute_masks_ahead(sampled)  # the worker runs while the tokens are delivered, and the next pass
+        going_on = [(seq, token) for seq, token in sampled if not seq.ends_on(token, self._eos, self._max_model_len)]
+        # A worker starts on the masks before the next pass is queued; masks computed on this thread
+        # wait until it is (this step's constrained rows stand for the next step's).
+        on_worker = constrained > self.masks_on_loop_rows
+        if on_worker:
+            self._compute_masks_ahead(going_on, on_worker=True)
         if self.launch_ahead:
-            self._launch_ahead(sampled)
+            self._launch_ahead(going_on)
+        if not on_worker:
+            self._compute_masks_ahead(going_on, on_worker=False)
         for seq, token in sampled:
             self._advance(seq, token)
-        if rows:
-            self.counters.add_step(len(rows), constrained, masking_seconds)
+        self.counters.add_step(len(step), constrained, masking_seconds)
 
     def _decoded(self) -> tuple[list[_Sequence], list[torch.Tensor]]:
         """The running sequences' decode pass: the one the last step queued, its rows of requests that
@@ -288,9 +307,8 @@ class Scheduler:
         rows = torch.tensor(kept, device=ahead.logits.device)
         return [ahead.sequences[row] for row in kept], [ahead.logits.index_select(0, rows)]
 
-    def _launch_ahead(self, sampled: list[tuple[_Sequence, int]]) -> None:
+    def _launch_ahead(self, going_on: list[tuple[_Sequence, int]]) -> None:
         """Queue the next decode pass for the sequences that the step's tokens do not end."""
-        going_on = [(seq, token) for seq, token in sampled if not seq.ends_on(token, self._eos, self._max_model_len)]
         if going_on:
             logits = self._engine.decode([seq.seq_id for seq, _ in going_on], [token for _, token in going_on])
             self._ahead = _Launched([seq for seq, _ in going_on], logits)
@@ -311,9 +329,9 @@ class Scheduler:
         for row, tally in asking:
             tally.add(by_row.get(row, _NOTHING_REMOVED))
 
-    def _compute_masks_ahead(self, sampled: list[tuple[_Sequence, int]]) -> None:
-        """Start the next masks on the worker: each constrained request consumes the token it just
-        sampled, and its next mask is computed.
+    def _compute_masks_ahead(self, going_on: list[tuple[_Sequence, int]], *, on_worker: bool) -> None:
+        """Start the next masks: each constrained request that its token does not end consumes it, and
+        its next mask is computed (on the processor's worker, or here).
 
         Called as soon as the step's tokens are known, before they are detokenized and delivered
         (at 256 rows that takes longer than the masks): the worker runs during that, the next
@@ -322,16 +340,9 @@ class Scheduler:
         releasing it never waits for the worker; one a stop string ends is released after the
         worker is done with it.
         """
-        if self._guidance is None:
-            return
-        processor = self._guidance.processor
-        ahead = [
-            (seq.seq_id, token)
-            for seq, token in sampled
-            if processor.is_constrained(seq.seq_id) and not seq.ends_on(token, self._eos, self._max_model_len)
-        ]
-        if ahead:
-            processor.prefetch([seq_id for seq_id, _ in ahead], [token for _, token in ahead])
+        if self._guidance is not None and going_on:  # (the processor leaves out the unconstrained)
+            ids, tokens = [seq.seq_id for seq, _ in going_on], [token for _, token in going_on]
+            self._guidance.processor.prefetch(ids, tokens, on_worker=on_worker)
 
     def _constrain(
         self, step: list[_Sequence], logits: torch.Tensor, report_pressure: bool
@@ -340,15 +351,12 @@ class Scheduler:
         their grammar's pressure."""
         if self._guidance is None:
             return 0, None
-        processor = self._guidance.processor
-        ids = [seq.seq_id if processor.is_constrained(seq.seq_id) else None for seq in step]
-        constrained = len(ids) - ids.count(None)
-        if not constrained:
+        ids = [seq.seq_id for seq in step]
+        masked = self._guidance.processor.mask(logits, ids, self._engine.stream_ptr, report_pressure=report_pressure)
+        if masked is None:
             return 0, None
-        figures = processor.mask(logits, ids, self._engine.stream_ptr, report_pressure=report_pressure)
-        if figures is None:
-            return constrained, None
-        return constrained, StepPressure([row for row, seq_id in enumerate(ids) if seq_id is not None], figures)
+        pressure = StepPressure(masked.rows, masked.pressure) if masked.pressure is not None else None
+        return len(masked.rows), pressure
 
     def _admit(self, waiting: _Waiting) -> _Sequence | None:
         request, sink = waiting.request, waiting.sink
@@ -375,6 +383,11 @@ class Scheduler:
             grammar=grammar,
             seq_id=seq_id,
             generator=make_generator(request.sampling.seed, self._engine.device),
+            argmax_only=request.sampling.greedy
+            and request.logits_processor is None
+            and not request.sampling.logit_bias
+            and not request.sampling.penalised
+            and request.logprobs is None,
         )
         self._running.append(seq)
         return seq
@@ -390,43 +403,48 @@ class Scheduler:
             tags,
         )
 
-    def _sample(self, rows: list[tuple[_Sequence, torch.Tensor]]) -> list[tuple[_Sequence, int]]:
-        """A token for every row whose request is still healthy.
+    def _sample(self, step: list[_Sequence], logits: torch.Tensor) -> list[tuple[_Sequence, int]]:
+        """A token for every row of ``logits`` whose request is still healthy, in row order.
 
-        Each request's own hook, penalties and seeded draw run per row (a failure ends only that
-        request); the greedy rows are then decided together, with one device round trip.
+        Each request's own hook, bias, penalties and seeded draw run on its row (a failure ends only
+        that request); every greedy row is then decided by one argmax over the step, with one device
+        round trip. A row that needs nothing else (:attr:`_Sequence.argmax_only`, nearly all of
+        them when serving) costs no per-row tensor work.
         """
-        sampled: list[tuple[_Sequence, int]] = []
-        greedy: list[tuple[_Sequence, torch.Tensor]] = []
+        failures = self._guidance.processor.failures if self._guidance is not None else {}
+        kept: list[tuple[int, _Sequence]] = []
+        drawn: dict[int, int] = {}  # row -> token, of the rows drawn from their own distribution
         reporting: dict[_Sequence, torch.Tensor] = {}  # rows whose request wants logprobs
-        for seq, logits in rows:
+        for row, seq in enumerate(step):
             request = seq.request
-            constraint_error = self._guidance.processor.error(seq.seq_id) if self._guidance is not None else None
-            if constraint_error is not None:
+            if failures and seq.seq_id in failures:
                 assert self._guidance is not None and request.grammar is not None
                 self._guidance.grammars.evict(request.grammar)  # its copies share lexer state: compile afresh
-                self._abort(seq, BackendError(constraint_error))
+                self._abort(seq, BackendError(failures[seq.seq_id]))
+                continue
+            if seq.argmax_only:
+                kept.append((row, seq))
                 continue
             try:
+                row_logits = logits[row]
                 if request.logits_processor is not None:
                     token_ids = [[*request.prompt_ids, *seq.generated]]  # a user hook gets a real list
-                    view = logits.view(1, 1, -1)
+                    view = row_logits.view(1, 1, -1)
                     request.logits_processor(seq.seq_id, view, token_ids, self._engine.stream_ptr, seq.seq_id)
-                apply_logit_bias(logits, request.sampling.logit_bias)
-                apply_penalties(logits, seq.generated, request.sampling)
+                apply_logit_bias(row_logits, request.sampling.logit_bias)
+                apply_penalties(row_logits, seq.generated, request.sampling)
                 if request.logprobs is not None:
-                    reporting[seq] = logits
-                if request.sampling.greedy:
-                    greedy.append((seq, logits))
-                else:
-                    sampled.append((seq, sample_token(logits, request.sampling, seq.generator)))
+                    reporting[seq] = row_logits
+                if not request.sampling.greedy:
+                    drawn[row] = sample_token(row_logits, request.sampling, seq.generator)
+                kept.append((row, seq))
             except Exception as exc:  # a failing hook fails its own request, never the batch
                 if not isinstance(exc, BackendError):
                     logger.exception("logits post-processing failed for request %s", request.request_id)
                 self._abort(seq, exc)
-        if greedy:
-            tokens = greedy_tokens([logits for _, logits in greedy])
-            sampled.extend(zip((seq for seq, _ in greedy), tokens, strict=True))
+        if len(drawn) < len(kept):  # (the rows were changed in place: the argmax sees every hook and bias)
+            best: list[int] = logits.argmax(dim=-1).tolist()
+        sampled = [(seq, drawn[row] if row in drawn else best[row]) for row, seq in kept]
         for seq, token in sampled:
             if seq in reporting and not seq.is_end_token(token, self._eos):  # an end token is no output
                 seq.logprobs.append(self._logprob(reporting[seq], token, seq.request.logprobs or 0))

@@ -12,10 +12,11 @@ kind under each of Python's thread switch intervals (``sys.setswitchinterval``),
 long the mask worker waits for the GIL while the step loop runs Python. ``--hand-off off on`` runs
 each kind without and with the step loop waiting for the mask worker to start once it is handed a
 step (``worker.start_delay`` is how long the worker waited to start). ``--masks-on worker step-loop``
-runs each kind with a step's masks computed on the worker ahead of time and on the step loop's
-thread when it asks for them (after queueing the forward pass). ``--launch-ahead off on`` runs each
-kind with the next decode pass queued after its tokens are delivered (as by default) and before
-(the scheduler's ``launch_ahead``), so that the device runs it while they are. ``--lanes 1 16`` runs
+runs each kind with a step's masks computed on the worker while the tokens are delivered, and on the
+step loop's thread (after the next pass is queued, when it is launched ahead); ``default`` leaves it to
+the scheduler (``masks_on_loop_rows``). ``--launch-ahead off on`` runs each kind with the next decode
+pass queued after its tokens are delivered (as on the CPU) and before (the scheduler's
+``launch_ahead``, the server's default on CUDA), so that the device runs it while they are. ``--lanes 1 16`` runs
 each kind with a grammar's requests copying one compiled template (sharing its lock in llguidance)
 and up to 16, and ``--plain-tokenizer off on`` with every grammar reading forced text through the
 Python tokenizer, and with the schemas that never force a special token's spelling on llguidance's
@@ -56,7 +57,7 @@ from backend.constraints import GrammarCache, Guidance, GuidanceLogitsProcessor,
 from backend.guidance_tokenizer import PlainTextTokenizer
 from backend.masking import bitmask_applier
 from backend.requests import EngineRequest, SamplingParams
-from backend.scheduler import Scheduler
+from backend.scheduler import MASKS_ON_LOOP_ROWS, Scheduler
 from backend.service import GenerationService
 from bench.jsonschemabench import DEFAULT_DATA, SCHEMA, load_schemas
 from bench.reports import write_report
@@ -177,7 +178,7 @@ class Variant:
     kind: str
     interval: float | None  # Python's thread switch interval (None: its own)
     hand_off: bool
-    masks_on_worker: bool
+    masks_on: str  # "default" (the scheduler's choice by rows), "worker" or "step-loop"
     launch_ahead: bool
     lanes: int | None = None  # the grammar cache's (None: as built)
     plain_tokenizer: bool | None = None
@@ -186,7 +187,7 @@ class Variant:
     def name(self) -> str:
         name = self.kind if self.interval is None else f"{self.kind}@{self.interval * 1000:g}ms"
         name += "+hand-off" if self.hand_off else ""
-        name += "" if self.masks_on_worker else "+masks-on-step-loop"
+        name += "" if self.masks_on == "default" else f"+masks-on-{self.masks_on}"
         name += "" if self.lanes is None else f"+lanes{self.lanes}"
         name += "" if self.plain_tokenizer is None else ("+plain" if self.plain_tokenizer else "+text")
         return name + ("+launch-ahead" if self.launch_ahead else "")
@@ -346,6 +347,15 @@ def pressure_summary(sinks: list[RecordingSink]) -> dict[str, Any]:
     }
 
 
+def masks_on_loop_rows(variant: Variant) -> int:
+    """The scheduler's ``masks_on_loop_rows`` for ``variant``."""
+    if variant.masks_on == "worker":
+        return 0
+    if variant.masks_on == "step-loop":
+        return 1 << 30
+    return MASKS_ON_LOOP_ROWS if variant.launch_ahead else 0
+
+
 def configure_grammars(grammars: GrammarCache, variant: Variant, plain: PlainTextTokenizer | None) -> None:
     """The variant's lanes and tokenizer; the cache is emptied when they change, so no template outlives them."""
     lanes = grammars.lanes if variant.lanes is None else variant.lanes
@@ -390,9 +400,9 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--masks-on",
         nargs="+",
-        choices=("worker", "step-loop"),
-        default=["worker"],
-        help="each kind runs with each: where a step's masks are computed (the processor's masks_on_worker)",
+        choices=("default", "worker", "step-loop"),
+        default=["default"],
+        help="each kind runs with each: where a step's masks are computed (default: the scheduler's choice)",
     )
     parser.add_argument(
         "--launch-ahead",
@@ -429,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     bench = build(arguments)
     own: list[tuple[dict[str, Any], str]] = []
-    for _, entry in load_schemas(arguments.data):
+    for _, entry in load_schemas(arguments.data) if "own" in arguments.kinds else ():
         try:
             grammar = json_schema_grammar(entry["schema"])
             check_grammar(grammar, bench.processor.tokenizer)
@@ -459,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if arguments.plain_tokenizer is not None:
         plain_choices = [choice == "on" for choice in arguments.plain_tokenizer]
     variants = [
-        Variant(kind, interval, hand_off == "on", masks_on == "worker", launch == "on", lanes, plain_on)
+        Variant(kind, interval, hand_off == "on", masks_on, launch == "on", lanes, plain_on)
         for lanes in arguments.lanes or [None]
         for plain_on in plain_choices
         for launch in arguments.launch_ahead
@@ -474,8 +484,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for round_index in range(arguments.rounds):
             for variant in variants if round_index % 2 == 0 else variants[::-1]:
                 sys.setswitchinterval(default_interval if variant.interval is None else variant.interval)
-                bench.processor.masks_on_worker = variant.masks_on_worker
                 bench.scheduler.launch_ahead = variant.launch_ahead
+                bench.scheduler.masks_on_loop_rows = masks_on_loop_rows(variant)
                 configure_grammars(bench.grammars, variant, plain)
                 if variant.hand_off:
                     bench.hand_off.set()

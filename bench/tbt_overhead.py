@@ -141,7 +141,7 @@ class TimedProcessor(GuidanceLogitsProcessor):
 
         setattr(scheduler, "_constrain", timed)  # noqa: B010 (this instance only)
 
-    def _compute_ahead(self, pairs: list[tuple[int, int]]) -> None:
+    def _compute_ahead(self, pairs: Any) -> None:  # (its argument differs between step loops)
         started = time.perf_counter()
         super()._compute_ahead(pairs)
         self.ahead_seconds.append(time.perf_counter() - started)

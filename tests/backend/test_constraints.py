@@ -526,8 +526,8 @@ def test_a_request_in_a_mixed_batch_reports_the_pressure_it_reports_alone(
     assert free.outputs[-1].grammar_pressure == GrammarPressure(6, 0.0, 0.0, 0)
 
 
-def test_masks_computed_when_the_step_asks_give_the_outputs_the_worker_gives(
-    scheduler: Scheduler, guidance: Guidance, loaded_model: Any
+def test_masks_computed_on_the_step_loop_give_the_outputs_the_worker_gives(
+    scheduler: Scheduler, loaded_model: Any
 ) -> None:
     prompts = [chat(loaded_model, f"Give me JSON for a person named {name}.") for name in ("Ann", "Bob", "Cyd")]
     schema = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
@@ -536,22 +536,25 @@ def test_masks_computed_when_the_step_asks_give_the_outputs_the_worker_gives(
         requests = [EngineRequest(f"p{i}", prompt, 40, GREEDY, grammar=schema) for i, prompt in enumerate(prompts)]
         return [sink.text for sink in generate(scheduler, *requests)]
 
+    scheduler.masks_on_loop_rows = 0
     on_worker = outputs()
-    guidance.processor.masks_on_worker = False
+    scheduler.masks_on_loop_rows = len(prompts)
     try:
         on_step_loop = outputs()
     finally:
-        guidance.processor.masks_on_worker = True
+        scheduler.masks_on_loop_rows = 0
     assert on_step_loop == on_worker
     for text in on_step_loop:
         jsonschema.validate(json.loads(text), PERSON)
 
 
+@pytest.mark.parametrize("masks_on_loop_rows", [0, 4], ids=["masks on the worker", "masks on the step loop"])
 def test_decode_passes_launched_ahead_give_the_outputs_of_a_step_at_a_time(
-    scheduler: Scheduler, loaded_model: Any
+    scheduler: Scheduler, loaded_model: Any, masks_on_loop_rows: int
 ) -> None:
     """Six constrained requests and a free one through a batch of four, one ended early by a stop
-    string: each step's decode queued before its tokens are delivered changes no output."""
+    string: each step's decode queued before its tokens are delivered changes no output, whichever
+    thread computes the masks."""
     names = ["Ann", "Bob", "Cid", "Dee", "Eve", "Fay"]
     schema = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
 
@@ -564,11 +567,11 @@ def test_decode_passes_launched_ahead_give_the_outputs_of_a_step_at_a_time(
         return [sink.text for sink in generate(scheduler, stopped, *requests)]
 
     one_at_a_time = outputs()
-    scheduler.launch_ahead = True
+    scheduler.launch_ahead, scheduler.masks_on_loop_rows = True, masks_on_loop_rows
     try:
         launched_ahead = outputs()
     finally:
-        scheduler.launch_ahead = False
+        scheduler.launch_ahead, scheduler.masks_on_loop_rows = False, 0
     assert launched_ahead == one_at_a_time
     assert " talented" not in launched_ahead[0] and launched_ahead[0]
     for text in launched_ahead[1:]:

@@ -117,6 +117,28 @@ def test_logits_post_processor_sees_tensorrt_llm_arguments_and_steers_sampling(
     assert forced.text == "x" * 5
 
 
+def test_a_row_steered_by_its_hook_or_bias_leaves_its_batch_mate_alone(scheduler: Scheduler, tokenizer: Any) -> None:
+    (alone,) = run(scheduler, request(tokenizer, "Python is a", max_tokens=5))
+    x_token, y_token = (tokenizer.encode(letter, add_special_tokens=False)[0] for letter in ("x", "y"))
+    hooked, mate = run(
+        scheduler,
+        request(tokenizer, "The sky is", max_tokens=5, logits_processor=RecordingProcessor(only=x_token)),
+        request(tokenizer, "Python is a", max_tokens=5),
+    )
+    assert hooked.text == "x" * 5 and mate.text == alone.text
+    biased, mate = run(
+        scheduler,
+        request(
+            tokenizer,
+            "The sky is",
+            max_tokens=5,
+            sampling=SamplingParams(temperature=0.0, logit_bias=((y_token, 100.0),)),
+        ),
+        request(tokenizer, "Python is a", max_tokens=5),
+    )
+    assert biased.text == "y" * 5 and mate.text == alone.text
+
+
 def test_a_failing_processor_fails_only_its_request(scheduler: Scheduler, tokenizer: Any) -> None:
     def broken(
         req_id: int, logits: torch.Tensor, token_ids: list[list[int]], stream_ptr: int, client_id: int | None
