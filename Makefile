@@ -91,7 +91,8 @@ device-carry:
 		pytools platformdirs mako markupsafe siphash24 typing_extensions pytest pluggy iniconfig packaging \
 		xgrammar==0.2.8 llguidance==1.9.1 annotated-types typing-inspection \
 		jsonschema jsonschema-specifications referencing rpds-py attrs \
-		$$($(BIN)/python -c "import pydantic, pydantic_core as c; print(f'pydantic=={pydantic.VERSION} pydantic-core=={c.__version__}')")
+		$$($(BIN)/python -c "import pydantic, pydantic_core as c; print(f'pydantic=={pydantic.VERSION} pydantic-core=={c.__version__}')") \
+		$$($(BIN)/python -c "from importlib.metadata import version as v; print(*(f'{n}=={v(n)}' for n in ('starlette', 'anyio', 'sniffio', 'idna')))")  # bench.tool_requests reads answers as the proxy does
 	$(BIN)/pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
 		--platform manylinux_2_28_x86_64 -d device_carry/xgrammar apache-tvm-ffi==0.1.15.post2  # xgrammar's, to import it
 	mkdir -p device_carry/model

@@ -56,13 +56,6 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch
     return logits
 
 
-def greedy_tokens(rows: Sequence[torch.Tensor]) -> list[int]:
-    """The argmax of every 1-D logits row, with one device round trip for all of them."""
-    if len(rows) == 1:
-        return [int(torch.argmax(rows[0]))]
-    return [int(t) for t in torch.stack(list(rows)).argmax(dim=-1).tolist()]
-
-
 def sample_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
     """One token from a 1-D logits row (already masked and penalised)."""
     if params.greedy:

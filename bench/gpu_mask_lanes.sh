@@ -7,6 +7,7 @@
 #   PART=lanes bash bench/gpu_mask_lanes.sh                 # there: carry device_carry/{wheels,model_llama,jsonschemabench,pycuda_site}
 #   PART=launch bash bench/gpu_mask_lanes.sh
 #   PART=switch bash bench/gpu_mask_lanes.sh               # launched ahead or not, under 5 and 1 ms switch intervals
+#   PART=masks bash bench/gpu_mask_lanes.sh                # launched ahead, masks on the worker or the step loop
 set -euo pipefail
 OUT=${OUT:-docs/results}
 PART=${PART:-lanes}
@@ -25,5 +26,7 @@ lanes) "$PY" -m bench.step_breakdown "${COMMON[@]}" --lanes 1 16 --plain-tokeniz
 launch) "$PY" -m bench.step_breakdown "${COMMON[@]}" --launch-ahead off on --name launch_ahead_h200 ;;
 switch) "$PY" -m bench.step_breakdown "${COMMON[@]}" --launch-ahead off on --switch-intervals 0.005 0.001 \
     --name launch_ahead_switch_h200 ;;
-*) echo "PART is lanes, launch or switch" >&2 && exit 2 ;;
+masks) "$PY" -m bench.step_breakdown "${COMMON[@]}" --kinds free shared own tools --launch-ahead on \
+    --masks-on worker step-loop --name masks_on_h200 ;;
+*) echo "PART is lanes, launch, switch or masks" >&2 && exit 2 ;;
 esac

@@ -20,7 +20,7 @@ for build in $ORDER; do
     # The python stub finds our packages through this file (bench/gpu_triton_env.sh): this build's.
     echo "import os, sys; os.environ.get('LLGTRITON_PLAIN_PYTHON') or sys.path.__setitem__(slice(0, 0), ['$SITE', '$dir'])" \
         > "$PURELIB/00-llgtriton-gpu.pth"
-    PYTHONPATH="$SITE:$dir" timeout 290 "$PY" -m bench.layers --random-model /tmp/model_llama --device cuda \
+    PYTHONPATH="$SITE:$dir" timeout "${TIMEOUT:-290}" "$PY" -m bench.layers --random-model /tmp/model_llama --device cuda \
         --core-process on --name "ab_${build}_${ROUND:-1}" --out "$OUT" --concurrency "$@" --requests 32 \
         --max-tokens 64 --max-batch-size 256 --layers engine triton --triton-instances 2 --proxy-workers 4 \
         --perf-analyzer "$PERF_ANALYZER" \

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.requests import SamplingParams
-from backend.sampling import apply_penalties, greedy_tokens, make_generator, sample_token
+from backend.sampling import apply_penalties, make_generator, sample_token
 
 PROPERTY = settings(deadline=None, max_examples=60)
 
@@ -147,9 +147,3 @@ def test_penalties_steer_greedy_decoding_away_from_repeats() -> None:
     logits = torch.tensor([1.0, 0.9])
     apply_penalties(logits, [0], SamplingParams(temperature=0.0, presence_penalty=0.5))
     assert sample_token(logits, SamplingParams(temperature=0.0), make_generator(0)) == 1
-
-
-def test_greedy_tokens_decides_every_row_at_once() -> None:
-    rows = [torch.tensor([0.1, 2.0, -1.0]), torch.tensor([5.0, 0.0, 4.0]), torch.tensor([0.0, 0.0, 9.0])]
-    assert greedy_tokens(rows) == [1, 0, 2]
-    assert greedy_tokens(rows[:1]) == [1]
