@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
+
+from tokenizers.decoders import DecodeStream
 
 REPLACEMENT = "\ufffd"
 # Prompt tokens kept as context so the first generated token decodes with the right spacing.
@@ -19,10 +21,17 @@ class _RustDecoder:
     of keeping special tokens)."""
 
     def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
         self._decode = tokenizer.decode
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
         return str(self._decode(token_ids, skip_special_tokens=skip_special_tokens))
+
+    def stream(self, context: list[int]) -> Callable[[int], str | None]:
+        """Rust's own incremental decoder after ``context``, special tokens left out: one call per
+        token instead of two decodes. It returns a token's final text, or None while it holds it."""
+        decoder, tokenizer = DecodeStream(ids=context, skip_special_tokens=True), self._tokenizer
+        return lambda token: decoder.step(tokenizer, token)
 
 
 def fast_decoder(tokenizer: Any) -> Decoder:
@@ -55,6 +64,9 @@ class IncrementalDetokenizer:
         self._ids = list(prompt_ids[-_CONTEXT_TOKENS:])
         self._prefix = 0
         self._read = len(self._ids)
+        # The Rust decoder streams by itself where no special token is kept; it releases text where
+        # the two decodes below would (tests/backend/test_detokenizer.py walks both).
+        self._step = tokenizer.stream(list(self._ids)) if isinstance(tokenizer, _RustDecoder) and not kept else None
 
     def _decode(self, start: int, end: int | None = None) -> str:
         ids = self._ids[start:end]
@@ -75,6 +87,12 @@ class IncrementalDetokenizer:
     def push(self, token_id: int) -> str:
         """Add one token; return the text that became final (possibly empty)."""
         self._ids.append(token_id)
+        if self._step is not None:
+            text = self._step(token_id)
+            if not text:
+                return ""
+            self._prefix, self._read = self._read, len(self._ids)  # (what flush decodes from)
+            return text
         before = self._decode(self._prefix, self._read)
         after = self._decode(self._prefix)
         if len(after) <= len(before) or after.endswith(REPLACEMENT):

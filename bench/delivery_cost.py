@@ -3,9 +3,11 @@
 Delivering a token (``OutputStream.push``: two incremental decodes, stop strings, the length
 limit, the response to the sink) runs once per row per step on the step loop's thread, holding
 the GIL that the mask worker also needs. This times it for ``--rows`` streaming requests that
-each take the same ``--tokens`` tokens of a JSON answer, with transformers' tokenizer and with
-the Rust tokenizer under it (``backend.detokenizer.fast_decoder``), in alternating order over
-``--rounds`` rounds. The sink appends to a list, as the engine core's does.
+each take the same ``--tokens`` tokens of a JSON answer, with transformers' tokenizer, with the
+Rust tokenizer under it decoding twice a token (``rust_two_decodes``), and with the Rust
+tokenizer's own incremental decoder (``rust``: ``backend.detokenizer.fast_decoder``, as the step
+loop uses it), in alternating order over ``--rounds`` rounds. The sink appends to a list, as the
+engine core's does.
 
     python -m bench.delivery_cost --rows 64 256 --rounds 3
 """
@@ -17,6 +19,7 @@ import logging
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +54,22 @@ def step_ms(decoder: Decoder, prompt: tuple[int, ...], tokens: Sequence[int], ro
     return elapsed / len(tokens) * 1e3, "".join(streams[0].text)
 
 
+@dataclass(frozen=True)
+class TwoDecodes:
+    """The Rust decoder behind the bare :class:`Decoder` protocol: the detokenizer then decodes twice
+    a token, as it did before it used the Rust decoder's own stream."""
+
+    decoder: Decoder
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self.decoder.decode(token_ids, skip_special_tokens=skip_special_tokens)
+
+
 def measure(tokenizer: Any, rows: Sequence[int], tokens: int, rounds: int) -> list[dict[str, Any]]:
     answer_ids = tokenizer.encode(ANSWER * (1 + tokens // 16), add_special_tokens=False)[:tokens]
     prompt = tuple(tokenizer.encode("Describe person number 7 as JSON."))
-    decoders: dict[str, Decoder] = {"transformers": tokenizer, "rust": fast_decoder(tokenizer)}
+    rust = fast_decoder(tokenizer)
+    decoders: dict[str, Decoder] = {"transformers": tokenizer, "rust_two_decodes": TwoDecodes(rust), "rust": rust}
     cells = []
     for row_count in rows:
         times: dict[str, list[float]] = {name: [] for name in decoders}
@@ -71,8 +86,12 @@ def measure(tokenizer: Any, rows: Sequence[int], tokens: int, rounds: int) -> li
         for name, values in times.items():
             cell[f"{name}_ms_per_step"] = [round(value, 3) for value in values]
             cell[f"{name}_us_per_row"] = round(statistics.median(values) / row_count * 1e3, 2)
-        cell["rust_over_transformers"] = round(
-            statistics.median(times["rust"]) / statistics.median(times["transformers"]), 3
+        for name in ("rust_two_decodes", "rust"):
+            cell[f"{name}_over_transformers"] = round(
+                statistics.median(times[name]) / statistics.median(times["transformers"]), 3
+            )
+        cell["rust_over_rust_two_decodes"] = round(
+            statistics.median(times["rust"]) / statistics.median(times["rust_two_decodes"]), 3
         )
         logger.info("%s", cell)
         cells.append(cell)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from backend.detokenizer import REPLACEMENT, IncrementalDetokenizer, fast_decoder
 from tests.backend.llama_tokenizer import llama_tokenizer
@@ -67,3 +70,33 @@ def test_a_bpe_tokenizer_that_asks_for_clean_up_keeps_its_spaces_either_way() ->
     tokenizer = llama_tokenizer()  # clean_up_tokenization_spaces: true, which transformers ignores for BPE
     ids = tokenizer.encode('{"a" : 1 , "b" : "x . y ?"}', add_special_tokens=False)
     assert fast_decoder(tokenizer).decode(ids) == tokenizer.decode(ids) == '{"a" : 1 , "b" : "x . y ?"}'
+
+
+_LLAMA = functools.cache(llama_tokenizer)
+
+
+def deltas_of(detokenizer: IncrementalDetokenizer, ids: list[int]) -> list[str]:
+    return [detokenizer.push(token) for token in ids] + [detokenizer.flush()]
+
+
+# Runs of tokens cut anywhere: multi-byte characters split across tokens, and cut off at the end.
+_PIECES = st.lists(
+    st.tuples(st.sampled_from([*TEXTS, "a😀", " ü中😃x"]), st.integers(0, 40), st.integers(0, 40)), max_size=4
+)
+
+
+@settings(deadline=None, max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=_PIECES, noise=st.lists(st.integers(0, 49_151), max_size=6), context=st.integers(0, 6))
+def test_the_rust_decoders_own_stream_releases_what_two_decodes_release(
+    tokenizer: Any, pieces: list[tuple[str, int, int]], noise: list[int], context: int
+) -> None:
+    """The step loop's detokenizer (Rust's incremental decoder) against transformers' two decodes a
+    token: the same deltas at the same tokens, and the same flush."""
+    ids: list[int] = list(noise)
+    for text, start, length in pieces:
+        ids.extend(tokenizer.encode(text, add_special_tokens=False)[start : start + length])
+    prompt = tokenizer.encode("Say: 😀 hi", add_special_tokens=False)[-context:] if context else []
+    for tokens in (tokenizer, _LLAMA()):
+        assert deltas_of(IncrementalDetokenizer(fast_decoder(tokens), prompt), ids) == deltas_of(
+            IncrementalDetokenizer(tokens, prompt), ids
+        )
