@@ -22,7 +22,8 @@ fi
 COMMON=(--device cuda --random-model /tmp/model_llama --shape llama-3.2-1b --data device_carry/jsonschemabench
     --out "$OUT" --clients 64 256 --rounds 2 --kinds free shared own)
 case "$PART" in
-lanes) "$PY" -m bench.step_breakdown "${COMMON[@]}" --lanes 1 16 --plain-tokenizer off on --name mask_lanes_h200 ;;
+lanes) "$PY" -m bench.step_breakdown "${COMMON[@]}" --launch-ahead off --lanes 1 16 --plain-tokenizer off on \
+    --name mask_lanes_h200 ;;
 launch) "$PY" -m bench.step_breakdown "${COMMON[@]}" --launch-ahead off on --name launch_ahead_h200 ;;
 switch) "$PY" -m bench.step_breakdown "${COMMON[@]}" --launch-ahead off on --switch-intervals 0.005 0.001 \
     --name launch_ahead_switch_h200 ;;

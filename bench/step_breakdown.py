@@ -408,8 +408,9 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "--launch-ahead",
         nargs="+",
         choices=("off", "on"),
-        default=["off"],
-        help="each kind runs with each: 'on' queues a step's decode pass before its tokens are delivered",
+        default=None,
+        help="each kind runs with each: 'on' queues a step's decode pass before its tokens are delivered "
+        "(default: as the server does, on with CUDA, off on the CPU)",
     )
     parser.add_argument(
         "--lanes",
@@ -435,6 +436,8 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     arguments = parse_arguments(argv)
+    if arguments.launch_ahead is None:
+        arguments.launch_ahead = ["on" if arguments.device.startswith("cuda") else "off"]
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     bench = build(arguments)
