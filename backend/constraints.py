@@ -215,7 +215,8 @@ class _MatcherState:
 
 @dataclass(frozen=True, eq=False)
 class _Prefetch:
-    """A step handed to the worker: its requests in row order (the masks' rows), and the same as a set."""
+    """A step's masks computed ahead, by the worker or already on the step loop: its requests in row
+    order (the masks' rows), the same as a set, and when they are done."""
 
     ids: tuple[int, ...]
     members: frozenset[int]
@@ -340,7 +341,7 @@ class GuidanceLogitsProcessor:
             self._prefetched = _Prefetch(ids, frozenset(ids), done)
 
     def _compute_ahead(self, pairs: list[tuple[_MatcherState, int]]) -> None:
-        """Consume and compute in parallel with the GIL released: the step loop's thread keeps running."""
+        """Consume and compute in parallel, llguidance's calls with the GIL released."""
         states = [state for state, _ in pairs]
         order = _by_lane(states)  # one order for both calls
         live = [index for index in order if states[index].error is None]

@@ -37,8 +37,9 @@ class _RustDecoder:
 def fast_decoder(tokenizer: Any) -> Decoder:
     """The Rust tokenizer under a transformers one, where it decodes the same text.
 
-    The step loop decodes twice per generated token; transformers' Python wrapper around the
-    same Rust call makes each decode about three times as long. Transformers decodes differently
+    The step loop detokenizes every generated token (with its own stream, or two decodes where a
+    special token is kept); transformers' Python wrapper around the same Rust call makes each
+    decode about three times as long. Transformers decodes differently
     only where it cleans up spaces, which it does for every model kind but BPE.
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
