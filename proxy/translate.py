@@ -156,6 +156,26 @@ def _structured(outputs: StructuredOutputs, param: str, names: dict[str, str] | 
     return Constraint(GuideType.LARK, outputs.grammar, name("grammar"))
 
 
+# More messages than this translate on a thread even without a grammar (their text is copied).
+_MESSAGES_ON_THE_LOOP = 32
+
+
+def translates_quickly(request: GenerationRequestBase) -> bool:
+    """Whether translating ``request`` compiles no grammar (no constraint in any spelling, no tools) and
+    copies little: work for the event loop itself. The others translate on a thread, where a
+    grammar's compile keeps the streams and ``/health`` going."""
+    response_format = request.response_format
+    if response_format is not None and response_format.type != "text":
+        return False
+    if request.structured_outputs is not None or request.guided_json is not None or request.guided_regex is not None:
+        return False
+    if request.guided_choice is not None or request.guided_grammar is not None:
+        return False
+    if isinstance(request, ChatCompletionRequest):
+        return not request.tools and not request.functions and len(request.messages) <= _MESSAGES_ON_THE_LOOP
+    return True
+
+
 def _constraints(request: GenerationRequestBase) -> list[Constraint]:
     found = []
     response_format = request.response_format

@@ -24,6 +24,8 @@ from llgtriton.tool_formats import FORMATS
 from llgtriton.tools import PastCall, ToolMode
 from llgtriton.wire import GuideType
 from proxy.errors import InvalidRequestError
+from proxy.protocol import ChatCompletionRequest, CompletionRequest
+from proxy.translate import translates_quickly
 from tests.llgtriton.matching import accepts
 from tests.proxy.scripted import (
     MODEL,
@@ -1032,3 +1034,46 @@ async def test_a_bad_structural_tag_is_a_400_saying_why(
     error = assert_error(response, 400, "invalid_request_error", code="invalid_constraint", param="response_format")
     assert problem in error["message"]
     assert client.requests == []
+
+
+_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
+_TOOL = {"type": "function", "function": {"name": "f", "parameters": _SCHEMA}}
+_COMPILING = [
+    {"response_format": {"type": "json_object"}},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": _SCHEMA}}},
+    {"response_format": {"type": "structural_tag", "structures": [], "triggers": []}},
+    {"structured_outputs": {"regex": "a+"}},
+    {"guided_json": _SCHEMA},
+    {"guided_regex": "a+"},
+    {"guided_choice": ["yes", "no"]},
+    {"guided_grammar": 'start: "a"'},
+]
+
+
+@pytest.mark.parametrize("fields", _COMPILING, ids=lambda fields: next(iter(fields)))
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_a_request_that_compiles_a_grammar_never_translates_on_the_event_loop(
+    fields: dict[str, Any], kind: str
+) -> None:
+    """A grammar's compile can take seconds: on the event loop it would stall every stream and /health."""
+    if kind == "chat":
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+        assert not translates_quickly(ChatCompletionRequest.model_validate(body))
+    else:
+        assert not translates_quickly(CompletionRequest.model_validate({"model": "m", "prompt": "hi", **fields}))
+
+
+def test_only_plain_requests_translate_on_the_event_loop() -> None:
+    hi = [{"role": "user", "content": "hi"}]
+    assert translates_quickly(ChatCompletionRequest.model_validate({"model": "m", "messages": hi}))
+    assert translates_quickly(
+        ChatCompletionRequest.model_validate({"model": "m", "messages": hi, "response_format": {"type": "text"}})
+    )
+    assert translates_quickly(CompletionRequest.model_validate({"model": "m", "prompt": "hi"}))
+    assert not translates_quickly(
+        ChatCompletionRequest.model_validate({"model": "m", "messages": hi, "tools": [_TOOL]})
+    )
+    legacy = {"model": "m", "messages": hi, "functions": [_TOOL["function"]]}
+    assert not translates_quickly(ChatCompletionRequest.model_validate(legacy))
+    long_chat = {"model": "m", "messages": hi * 40}
+    assert not translates_quickly(ChatCompletionRequest.model_validate(long_chat))
