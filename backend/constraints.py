@@ -390,9 +390,6 @@ class GuidanceLogitsProcessor:
         its rows against it only when it is not."""
         return self._failures
 
-    def is_constrained(self, client_id: int) -> bool:
-        return client_id in self._states
-
     def is_accepting(self, client_id: int) -> bool:
         """Whether the tokens the request's matcher has consumed form a complete output."""
         if self._prefetched is not None and client_id in self._prefetched.members:
