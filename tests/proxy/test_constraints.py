@@ -1077,3 +1077,6 @@ def test_only_plain_requests_translate_on_the_event_loop() -> None:
     assert not translates_quickly(ChatCompletionRequest.model_validate(legacy))
     long_chat = {"model": "m", "messages": hi * 40}
     assert not translates_quickly(ChatCompletionRequest.model_validate(long_chat))
+    assert translates_quickly(CompletionRequest.model_validate({"model": "m", "prompt": [5] * 100}))
+    for long_ids in ([5] * 100_000, [[5] * 100_000]):  # copying them would hold every stream
+        assert not translates_quickly(CompletionRequest.model_validate({"model": "m", "prompt": long_ids}))
