@@ -87,12 +87,16 @@ def start_torch_service(settings: EngineSettings) -> GenerationService:
     """The torch engine's service: the model loaded, the step loop started."""
     loaded = load_model(settings)
     engine = torch_engine(settings, loaded.model, loaded.max_model_len)
+    device = torch.device(settings.device)
+    # Apart from the step loop's GIL the masks kept up at 256 rows on the H200 (issue 51); a CPU has
+    # few cores to spare for a second process.
     processor = GuidanceLogitsProcessor.for_tokenizer(
         loaded.tokenizer,
         engine.vocab_size,
         loaded.eos_token_ids,
         settings.max_batch_size,
-        applier=bitmask_applier(torch.device(settings.device), engine.vocab_size, settings.max_batch_size),
+        applier=bitmask_applier(device, engine.vocab_size, settings.max_batch_size),
+        mask_process=settings.mask_process == "on" or (settings.mask_process == "auto" and device.type == "cuda"),
     )
     scheduler = Scheduler(
         engine,
@@ -105,7 +109,7 @@ def start_torch_service(settings: EngineSettings) -> GenerationService:
         max_kv_tokens=settings.max_kv_tokens,
         token_bytes=lambda token: bytes(processor.tokenizer.decode_bytes([token])),
         # On the CPU a pass runs as it is queued: launched ahead, it would only hold the tokens back.
-        launch_ahead=settings.launch_ahead and torch.device(settings.device).type == "cuda",
+        launch_ahead=settings.launch_ahead and device.type == "cuda",
     )
     scheduler.start()
     logger.info(

@@ -32,7 +32,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -56,6 +55,7 @@ from backend.core_server import (
     run_core,
 )
 from backend.errors import Unavailable, error_of_kind
+from backend.interpreter import this_python
 from backend.response_pump import ResponsePump
 from backend.telemetry import StepCounters, StepTotals
 from llgtriton.settings import EngineSettings
@@ -123,15 +123,6 @@ class _JoinedCore:
         return False  # not this stub's to stop
 
 
-def core_python() -> str:
-    """The Python that runs the core: this environment's (inside Triton's stub, ``sys.executable``
-    is the stub itself)."""
-    for candidate in (Path(sys.prefix) / "bin" / "python3", Path(sys.prefix) / "bin" / "python"):
-        if candidate.exists():
-            return str(candidate)
-    return sys.executable
-
-
 class CoreProcess:
     """A :class:`~backend.contract.Service` whose engine runs in a child process."""
 
@@ -150,7 +141,7 @@ class CoreProcess:
         self._lead: int | None = None  # the rendezvous lock's descriptor while this stub leads
         self._stuck_after_s = stuck_after_s
         self._pump = pump
-        self._python = python or core_python()
+        self._python = python or this_python()
         self._target = target
         self._keys = itertools.count(1)
         self._open: dict[int, ResponseSink] = {}

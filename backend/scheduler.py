@@ -32,11 +32,12 @@ from dataclasses import dataclass
 import torch
 from llguidance import LLMatcher
 
-from backend.constraints import GrammarCopy, Guidance
+from backend.constraints import Guidance
 from backend.contract import ResponseSink, deliver, deliver_failure, is_cancelled
 from backend.detokenizer import Decoder, fast_decoder
 from backend.engine import Engine
 from backend.errors import BackendError, InvalidRequest, Unavailable
+from backend.grammar_cache import GrammarCopy
 from backend.grammar_pressure import StepPressure
 from backend.output_grammar import IncompleteOutput, OutputGrammar
 from backend.output_stream import OutputStream, PressureTally
@@ -175,7 +176,9 @@ class Scheduler:
         prompt_logprobs = None
         try:
             if grammar_copy is None and request.grammar is not None and self._guidance is not None:
+                ready = self._guidance.processor.prepare(request.grammar)  # (a mask process compiles its own)
                 grammar_copy = self._guidance.grammars.copy(request.grammar)
+                ready()
         except Exception as exc:  # it fails this request only
             if not isinstance(exc, BackendError):
                 logger.exception("compiling a grammar failed")
@@ -373,7 +376,9 @@ class Scheduler:
                 return None
             assert waiting.grammar is not None  # submit() compiled it, or found it in the cache
             grammar = self._output_grammar(seq_id, request, waiting.grammar.matcher)
-            self._guidance.processor.add(seq_id, waiting.grammar.matcher, len(request.prompt_ids), waiting.grammar.lane)
+            self._guidance.processor.add(
+                seq_id, waiting.grammar.matcher, len(request.prompt_ids), waiting.grammar.lane, grammar=request.grammar
+            )
         seq = _Sequence(
             request,
             sink,

@@ -53,9 +53,11 @@ import torch
 
 from backend.assembly import torch_engine
 from backend.chat_template import ChatTemplate
-from backend.constraints import GrammarCache, Guidance, GuidanceLogitsProcessor, lanes_for
+from backend.constraints import Guidance, GuidanceLogitsProcessor
+from backend.grammar_cache import GrammarCache, lanes_for
 from backend.guidance_tokenizer import PlainTextTokenizer
 from backend.masking import bitmask_applier
+from backend.matcher_table import MatcherTable
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import MASKS_ON_LOOP_ROWS, Scheduler
 from backend.service import GenerationService
@@ -113,13 +115,17 @@ def instrument(processor: GuidanceLogitsProcessor, parts: Parts, hand_off: threa
 
     for name in ("consume_token_par", "fill_next_token_bitmask_par"):
         setattr(llguidance.numpy, name, parts.timed(f"llguidance.{name}", getattr(llguidance.numpy, name)))
-    for name in ("_compute_ahead", "_wait_for_prefetch", "_fill", "mask"):
+    for name in ("_wait_for_prefetch", "mask"):
         setattr(processor, name, parts.timed(f"processor.{name}", getattr(processor, name)))
+    source = processor._source  # a benchmark's instrument: the matchers' own calls, where they run
+    setattr(source, "fill", parts.timed("matchers.fill", source.fill))  # noqa: B010 (this instance only)
+    if not isinstance(source, MatcherTable):  # in a mask process: its work is not timed from here
+        return _time_applier(processor, parts)
     # How long the worker waits, after the step loop hands it a step, before it runs (for the GIL,
     # which the step loop's thread holds while it delivers the tokens).
     handed = [0.0]
     started = threading.Event()
-    prefetch, compute_ahead = processor.prefetch, processor._compute_ahead
+    prefetch, advance = processor.prefetch, parts.timed("matchers.advance", source.advance)
 
     def handing(*args: Any, **kwargs: Any) -> None:
         started.clear()
@@ -128,13 +134,17 @@ def instrument(processor: GuidanceLogitsProcessor, parts: Parts, hand_off: threa
         if hand_off.is_set() and processor._prefetched is not None:
             started.wait(0.005)
 
-    def starting(*args: Any, **kwargs: Any) -> None:
+    def starting(*args: Any, **kwargs: Any) -> tuple[int, ...]:
         parts.add("worker.start_delay", time.perf_counter() - handed[0])
         started.set()
-        compute_ahead(*args, **kwargs)
+        return advance(*args, **kwargs)  # type: ignore[no-any-return]
 
     processor.prefetch = handing  # type: ignore[method-assign]
-    processor._compute_ahead = starting  # type: ignore[method-assign]
+    setattr(source, "advance", starting)  # noqa: B010 (this instance only)
+    _time_applier(processor, parts)
+
+
+def _time_applier(processor: GuidanceLogitsProcessor, parts: Parts) -> None:
     applier = processor._applier  # a benchmark's instrument
     applier.apply = parts.timed("applier.apply", applier.apply)  # type: ignore[method-assign]
 
@@ -226,6 +236,7 @@ def build(arguments: argparse.Namespace) -> Bench:
             settings.max_batch_size,
             applier=applier,
             mask_threads=arguments.mask_threads,
+            mask_process=(arguments.mask_process or ("on" if device.type == "cuda" else "off")) == "on",
         )
     grammars = GrammarCache(
         processor.tokenizer,
@@ -396,6 +407,13 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=("off", "on"),
         default=["off"],
         help="each kind runs with each: 'on' makes the step loop wait for the mask worker to start",
+    )
+    parser.add_argument(
+        "--mask-process",
+        choices=("off", "on"),
+        default=None,
+        help="'on': the matchers in a process of their own (the engine's --engine-mask-process; default: as "
+        "the server does, on with CUDA, off on the CPU); one value a run: compare by running both, alternating",
     )
     parser.add_argument(
         "--masks-on",

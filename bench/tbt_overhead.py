@@ -30,8 +30,9 @@ import torch
 
 from backend.assembly import torch_engine
 from backend.chat_template import ChatTemplate
-from backend.constraints import GrammarCache, Guidance, GuidanceLogitsProcessor
+from backend.constraints import Guidance, GuidanceLogitsProcessor
 from backend.engine import Engine
+from backend.grammar_cache import GrammarCache
 from backend.masking import bitmask_applier
 from backend.model_loader import load_model
 from backend.requests import EngineRequest, SamplingParams
@@ -140,11 +141,19 @@ class TimedProcessor(GuidanceLogitsProcessor):
             return result
 
         setattr(scheduler, "_constrain", timed)  # noqa: B010 (this instance only)
+        # The worker's call: the matchers' own (older step loops had it on the processor).
+        owner = getattr(self, "_source", self)
+        name = "advance" if hasattr(owner, "advance") else "_compute_ahead"
+        ahead = getattr(owner, name)
 
-    def _compute_ahead(self, pairs: Any) -> None:  # (its argument differs between step loops)
-        started = time.perf_counter()
-        super()._compute_ahead(pairs)
-        self.ahead_seconds.append(time.perf_counter() - started)
+        def timed_ahead(*args: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return ahead(*args)
+            finally:
+                self.ahead_seconds.append(time.perf_counter() - started)
+
+        setattr(owner, name, timed_ahead)
 
 
 def token_gaps(sink: RecordingSink) -> list[float]:

@@ -265,6 +265,14 @@ class EngineSettings(_Section):
         "are delivered.",
     )
 
+    mask_process: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="torch engine: keep llguidance's matchers in a process of their own, which computes each "
+        "step's masks apart from the step loop's GIL and hands them back through shared memory; a mask "
+        "process that dies ends only the requests it constrained, and the next grammar starts another. "
+        "'off': a thread of the engine's process computes them. 'auto': on with CUDA, off on CPU.",
+    )
+
 
 class Settings(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")

@@ -28,7 +28,8 @@ import llguidance.numpy
 import torch
 from llguidance import LLMatcher, LLTokenizer
 
-from backend.constraints import GrammarCache, GuidanceLogitsProcessor
+from backend.constraints import GuidanceLogitsProcessor
+from backend.grammar_cache import GrammarCache
 from backend.guidance_tokenizer import guidance_tokenizer
 from backend.masking import allowed_tokens
 from backend.sampling import apply_logit_bias

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from llguidance import LLMatcher, LLTokenizer
 
-from backend.constraints import GrammarCache, GrammarCopy, lanes_for
 from backend.errors import BackendError
+from backend.grammar_cache import GrammarCache, GrammarCopy, lanes_for
 from backend.guidance_tokenizer import guidance_tokenizers
 from backend.model_loader import eos_token_ids
 from llgtriton.prepared import PrepareError, TokenizerOverrides, read_prepared

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from backend.chat_template import ChatTemplate
-from backend.constraints import GrammarCache, Guidance, GuidanceLogitsProcessor
+from backend.constraints import Guidance, GuidanceLogitsProcessor
 from backend.errors import InvalidRequest, Unavailable
+from backend.grammar_cache import GrammarCache
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
@@ -241,7 +242,7 @@ def test_a_spare_that_fails_to_compile_leaves_the_grammar_on_the_lanes_it_has(
             raise CompilerBusy("4 constraints are compiling already")
         return on_compile_thread(work, *args, **kwargs)
 
-    monkeypatch.setattr("backend.constraints.on_compile_thread", first_only)
+    monkeypatch.setattr("backend.grammar_cache.on_compile_thread", first_only)
     cache = GrammarCache(guidance.processor.tokenizer, lanes=4)
     grammar = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
     copies = [cache.copy(grammar)]

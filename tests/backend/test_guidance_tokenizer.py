@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tokenizers import normalizers
 
-from backend.constraints import GrammarCache
+from backend.grammar_cache import GrammarCache
 from backend.guidance_tokenizer import control_tokens, guidance_tokenizer, guidance_tokenizers
 from backend.output_grammar import OutputGrammar
 from llgtriton.guides import grammar_for, json_schema_grammar

@@ -36,8 +36,10 @@ PERSON = {
 }
 
 
-@pytest.fixture(scope="module", params=["slots", "growing"])
+@pytest.fixture(scope="module", params=["slots", "growing", "server-defaults"])
 def setup(request: pytest.FixtureRequest) -> Any:
+    """The step loop on either engine; ``server-defaults`` as the server runs it on CUDA: the slot engine,
+    the decode launched ahead and the matchers in a mask process."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from backend.constraints import Guidance, GuidanceLogitsProcessor
@@ -52,10 +54,17 @@ def setup(request: pytest.FixtureRequest) -> Any:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to("cuda").eval()  # type: ignore[no-untyped-call]
     tokenizer: Any = AutoTokenizer.from_pretrained(folder)
     device = torch.device("cuda")
-    engine = SlotEngine(model, device, slots=8, context=512) if request.param == "slots" else TorchEngine(model, device)
+    slots = request.param != "growing"
+    server = request.param == "server-defaults"
+    engine = SlotEngine(model, device, slots=8, context=512) if slots else TorchEngine(model, device)
     eos = frozenset({int(tokenizer.eos_token_id)})
     processor = GuidanceLogitsProcessor.for_tokenizer(
-        tokenizer, engine.vocab_size, eos, 8, applier=bitmask_applier(device, engine.vocab_size, 8)
+        tokenizer,
+        engine.vocab_size,
+        eos,
+        8,
+        applier=bitmask_applier(device, engine.vocab_size, 8),
+        mask_process=server,
     )
     scheduler = Scheduler(
         engine,
@@ -64,6 +73,7 @@ def setup(request: pytest.FixtureRequest) -> Any:
         max_batch_size=8,
         max_model_len=512,
         guidance=Guidance.for_processor(processor),
+        launch_ahead=server,
     )
     scheduler.start()
     yield scheduler, tokenizer

@@ -1,0 +1,486 @@
+"""llguidance's matchers in a process of their own: a step's tokens go in, its masks come back in shared memory.
+
+In the engine's process the mask worker's calls into llguidance take the GIL back between calls
+while the step loop delivers a step's tokens, and at 256 rows each waits 1 to 3 ms for it
+(``docs/benchmarks.md``, issue 51). Here the matchers live in a child process with a GIL of its own:
+:class:`MaskProcess` is the :class:`~backend.constraints.MaskSource` the engine's processor talks
+to, and :func:`main` the child's loop, one :class:`~backend.matcher_table.MatcherTable` and one
+:class:`~backend.grammar_cache.GrammarCache` of its own.
+
+- Two socket pairs: ``steps`` carries the step loop's messages in order (a request's constraint,
+  its end, a step's tokens, a fill) and the replies to the three that want one; ``compiles`` carries
+  grammars to compile ahead of a request's admission, answered by key as each finishes.
+- The masks come back in a file in ``/dev/shm`` that both map; only the rows a reply names are read.
+- The child's tokenizers are built from the Hugging Face tokenizer, pickled, so their masks are
+  the engine's own.
+- If the child dies, every request it constrained ends with an error and the step loop goes on;
+  the next grammar to prepare starts a new child. The child exits when the engine's end of
+  ``steps`` closes, so an engine that is killed leaves no orphan behind.
+
+The child is started with :mod:`subprocess`, not :mod:`multiprocessing`: the engine core runs in a
+daemonic process, which multiprocessing does not let have children.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+from llguidance import LLMatcher
+
+from backend.errors import BackendError, Unavailable, error_kind, error_of_kind
+from backend.grammar_cache import GrammarCache, lanes_for
+from backend.guidance_tokenizer import guidance_tokenizers
+from backend.interpreter import this_python
+from backend.matcher_table import Bitmask, MatcherTable, mask_words
+from llgtriton.wire import ErrorKind
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 120.0
+_COMPILE_THREADS = 4
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the child builds its tokenizers and table from."""
+
+    hf_tokenizer: Any
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+    mask_threads: int
+    rows: int
+    masks_path: str
+
+
+@dataclass(frozen=True)
+class Add:
+    client_id: int
+    grammar: str
+    prompt_length: int
+
+
+@dataclass(frozen=True)
+class Remove:
+    client_id: int
+
+
+@dataclass(frozen=True)
+class Advance:
+    """Each request consumes its token; the next masks go to rows 0.. (answered with :class:`Masked`)."""
+
+    client_ids: Sequence[int]
+    tokens: Sequence[int]
+
+
+@dataclass(frozen=True)
+class Fill:
+    """The next masks of ``client_ids`` into rows ``first``.. (answered with :class:`Masked`)."""
+
+    client_ids: Sequence[int]
+    first: int
+
+
+@dataclass(frozen=True)
+class Accepting:
+    client_id: int
+
+
+@dataclass(frozen=True)
+class Consume:
+    client_id: int
+    tokens: Sequence[int]
+
+
+@dataclass(frozen=True)
+class Masked:
+    """The ids whose masks were written, in row order, and every request's failure so far."""
+
+    client_ids: tuple[int, ...]
+    failures: Mapping[int, str]
+
+
+@dataclass(frozen=True)
+class Compile:
+    key: int
+    grammar: str
+
+
+@dataclass(frozen=True)
+class Compiled:
+    key: int
+    error: tuple[ErrorKind, str] | None = None
+
+
+def _shared_dir() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
+class _Child:
+    """One running child process: its connections, the masks file both map, and the replies it owes."""
+
+    def __init__(self, spec_of: Callable[[str], Spec], rows: int, words: int) -> None:
+        descriptor, path = tempfile.mkstemp(prefix="llgtriton-masks-", dir=_shared_dir())
+        try:
+            os.ftruncate(descriptor, rows * words * 4)
+        finally:
+            os.close(descriptor)
+        steps_here, steps_there = socket.socketpair()
+        compiles_here, compiles_there = socket.socketpair()
+        self.awaiting: deque[_Reply] = deque()
+        self.compiling: dict[int, Future[None]] = {}  # by key, the grammars sent to compile
+        try:
+            self.masks = np.memmap(path, dtype=np.int32, mode="r+", shape=(rows, words))
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(entry for entry in sys.path if entry))
+            ends = (steps_there.fileno(), compiles_there.fileno())
+            command = [this_python(), "-c", "from backend.mask_process import main; main()", *map(str, ends)]
+            self.process = subprocess.Popen(command, pass_fds=ends, env=env)
+            self.steps = Connection(steps_here.detach())
+            self.compiles = Connection(compiles_here.detach())
+            self.steps.send(spec_of(path))
+            if not self.steps.poll(START_TIMEOUT_S):
+                self.process.kill()
+                raise RuntimeError(f"the mask process did not start within {START_TIMEOUT_S:.0f} s")
+            ready = self.steps.recv()
+            if ready != "ready":
+                raise RuntimeError(f"the mask process could not start: {ready}")
+        except BaseException:
+            steps_here.close()
+            compiles_here.close()
+            raise
+        finally:
+            steps_there.close()
+            compiles_there.close()
+            os.unlink(path)  # both have it mapped; nothing is left behind however either ends
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        self.steps.close()
+        self.compiles.close()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+class _Reply:
+    """A step's masks on their way back from ``child``: rows ``first``.. of ``masks`` once they are in."""
+
+    def __init__(self, owner: MaskProcess, child: _Child, masks: Bitmask, first: int) -> None:
+        self.owner = owner
+        self.child = child
+        self.masks = masks
+        self.first = first
+        self.client_ids: tuple[int, ...] | None = None
+
+    def receive(self, masked: Masked) -> None:
+        rows = slice(self.first, self.first + len(masked.client_ids))
+        self.masks[rows] = self.child.masks[rows]
+        self.client_ids = masked.client_ids
+
+    def end_only(self, client_ids: Sequence[int]) -> None:
+        """No answer is coming (the child died): these rows may only end."""
+        self.masks[self.first : self.first + len(client_ids)] = self.owner.eos_only
+        self.client_ids = tuple(client_ids)
+
+    def result(self) -> tuple[int, ...]:
+        self.owner.read_until(self)
+        assert self.client_ids is not None
+        return self.client_ids
+
+
+class MaskProcess:
+    """The engine's side of the mask process (a :class:`~backend.constraints.MaskSource`).
+
+    The step loop's calls (``add``, ``remove``, ``start``, ``fill``, ``is_accepting``, ``consume``)
+    come from one thread at a time, as the processor makes them; ``prepare`` from the compile threads.
+    """
+
+    def __init__(
+        self, hf_tokenizer: Any, vocab_size: int, eos_token_ids: tuple[int, ...], rows: int, mask_threads: int
+    ) -> None:
+        self._words = mask_words(vocab_size)
+        self._rows = rows
+        self._spec = lambda path: Spec(hf_tokenizer, vocab_size, eos_token_ids, mask_threads, rows, path)
+        self.eos_only = _eos_only(vocab_size, eos_token_ids)
+        self._known: set[int] = set()
+        self._failures: dict[int, str] = {}
+        self._lost: dict[int, str] = {}  # failures this side decided (the child died): kept over replies
+        self._keys = itertools.count()
+        self._lock = threading.Lock()  # starting a child, and the compiles waiting for it
+        self._child = self._start()
+
+    def _start(self) -> _Child:
+        child = _Child(self._spec, self._rows, self._words)
+        threading.Thread(target=self._read_compiles, args=(child,), name="llgtriton-mask-compiles", daemon=True).start()
+        logger.info("mask process %d ready", child.process.pid)
+        return child
+
+    @property
+    def pid(self) -> int:
+        return self._child.process.pid
+
+    @property
+    def failures(self) -> Mapping[int, str]:
+        return self._failures
+
+    def __contains__(self, client_id: object) -> bool:
+        return client_id in self._known
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def known(self, client_ids: Sequence[int | None]) -> list[int]:
+        known = self._known
+        return [cid for cid in client_ids if cid is not None and cid in known]
+
+    def add(self, client_id: int, matcher: LLMatcher, prompt_length: int, lane: int, grammar: str | None) -> None:
+        if grammar is None:
+            raise ValueError("a mask process compiles its own matcher: it needs the grammar's text")
+        self._known.add(client_id)
+        self._send(Add(client_id, grammar, prompt_length))
+
+    def remove(self, client_id: int) -> None:
+        self._known.discard(client_id)
+        self._failures.pop(client_id, None)
+        self._lost.pop(client_id, None)
+        self._send(Remove(client_id))
+
+    def fail(self, client_id: int, message: str) -> None:
+        if client_id in self._known and client_id not in self._failures:
+            self._lost[client_id] = message
+            self._failures[client_id] = message
+
+    def start(self, client_ids: Sequence[int], tokens: Sequence[int], masks: Bitmask, *, on_worker: bool) -> _Reply:
+        """Send the step's tokens; the child consumes them and computes the masks whatever ``on_worker``."""
+        reply = _Reply(self, self._child, masks, 0)
+        self._ask(Advance(list(client_ids), list(tokens)), reply, self.known(client_ids))
+        return reply
+
+    def fill(self, client_ids: Sequence[int], masks: Bitmask, first: int) -> None:
+        reply = _Reply(self, self._child, masks, first)
+        self._ask(Fill(list(client_ids), first), reply, client_ids)
+        reply.result()
+
+    def is_accepting(self, client_id: int) -> bool:
+        if client_id not in self._known or client_id in self._failures:
+            return False
+        child = self._child
+        while child.awaiting:
+            self.read_until(child.awaiting[-1])
+        try:
+            child.steps.send(Accepting(client_id))
+            return bool(child.steps.recv())
+        except (OSError, EOFError) as exc:
+            self._died(child, exc)
+            return False
+
+    def consume(self, client_id: int, tokens: Sequence[int]) -> None:
+        self._send(Consume(client_id, list(tokens)))
+
+    def prepare(self, grammar: str) -> Callable[[], None]:
+        """Have the child compile ``grammar`` (a new child if the last one died); wait with the callable."""
+        done: Future[None] = Future()
+        key = next(self._keys)
+        with self._lock:
+            try:
+                if not self._child.alive():
+                    logger.warning("the mask process %d exited; starting another", self._child.process.pid)
+                    self._child = self._start()  # the step loop reads the old one's end and fails its requests
+                self._child.compiling[key] = done
+                self._child.compiles.send(Compile(key, grammar))
+            except Exception as exc:
+                logger.warning("the mask process cannot take a grammar: %s", exc)
+                self._child.compiling.pop(key, None)
+                done.set_exception(Unavailable(f"the constraint's mask process is down: {exc}"))
+
+        def wait() -> None:
+            done.result()
+
+        return wait
+
+    def close(self) -> None:
+        self._child.stop()
+
+    # -- the step loop's connection -----------------------------------------------------------
+
+    def _send(self, message: object) -> None:
+        child = self._child
+        try:
+            child.steps.send(message)
+        except (OSError, EOFError) as exc:
+            self._died(child, exc)
+
+    def _ask(self, message: Advance | Fill, reply: _Reply, ids: Sequence[int]) -> None:
+        """Send a request that wants masks back; a dead child's rows are EOS-only at once."""
+        child = reply.child
+        try:
+            if not child.alive():
+                raise EOFError("it exited")
+            child.steps.send(message)
+            child.awaiting.append(reply)
+        except (OSError, EOFError) as exc:
+            self._died(child, exc)
+            reply.end_only(ids)
+
+    def read_until(self, reply: _Reply) -> None:
+        """Read ``reply``'s child's answers in order until ``reply``'s is in."""
+        child = reply.child
+        while reply.client_ids is None:
+            waiting = child.awaiting.popleft()
+            try:
+                masked = child.steps.recv()
+            except (OSError, EOFError) as exc:
+                waiting.end_only([])
+                self._died(child, exc)
+                continue
+            waiting.receive(masked)
+            self._failures = dict(masked.failures)
+            self._failures.update(self._lost)
+
+    def _died(self, child: _Child, exc: BaseException) -> None:
+        """``child`` is gone: every request it constrained fails; the next prepare() starts another."""
+        if self._known - self._lost.keys():
+            logger.error("the mask process is gone (%s): its %d constrained requests end", exc, len(self._known))
+        for cid in self._known:
+            self.fail(cid, "the constraint's mask process exited")
+        while child.awaiting:
+            child.awaiting.popleft().end_only([])
+
+    # -- the compile threads' connection ------------------------------------------------------
+
+    def _read_compiles(self, child: _Child) -> None:
+        while True:
+            try:
+                compiled = child.compiles.recv()
+            except (OSError, EOFError):
+                break
+            with self._lock:
+                done = child.compiling.pop(compiled.key, None)
+            if done is not None:
+                if compiled.error is None:
+                    done.set_result(None)
+                else:
+                    done.set_exception(error_of_kind(*compiled.error))
+        with self._lock:  # what the child still owed
+            owed, child.compiling = list(child.compiling.values()), {}
+        for done in owed:
+            done.set_exception(Unavailable("the constraint's mask process exited"))
+
+
+def _eos_only(vocab_size: int, eos_token_ids: Sequence[int]) -> Bitmask:
+    row = np.zeros(mask_words(vocab_size), dtype=np.uint32)
+    for token in eos_token_ids:
+        row[token >> 5] |= np.uint32(1 << (token & 31))
+    return row.view(np.int32)
+
+
+# -- the child ------------------------------------------------------------------------------
+
+
+def _serve_compiles(compiles: Connection, grammars: GrammarCache, lock: threading.Lock) -> None:
+    pool = ThreadPoolExecutor(max_workers=_COMPILE_THREADS, thread_name_prefix="llgtriton-mask-compile")
+
+    def compile_one(request: Compile) -> None:
+        try:
+            grammars.copy(request.grammar)
+            answer = Compiled(request.key)
+        except Exception as exc:
+            if not isinstance(exc, BackendError):
+                logger.exception("compiling a grammar in the mask process failed")
+            answer = Compiled(request.key, (error_kind(exc), str(exc)))
+        with lock:
+            compiles.send(answer)
+
+    while True:
+        try:
+            request = compiles.recv()
+        except (OSError, EOFError):
+            return
+        pool.submit(compile_one, request)
+
+
+def _serve_steps(
+    steps: Connection, table: MatcherTable, grammars: GrammarCache, masks: Bitmask, failed: LLMatcher
+) -> None:
+    while True:
+        try:
+            message = steps.recv()
+        except (OSError, EOFError):
+            return  # the engine is gone
+        try:
+            if isinstance(message, Advance):
+                written = table.advance(message.client_ids, message.tokens, masks)
+                steps.send(Masked(written, dict(table.failures)))
+            elif isinstance(message, Fill):
+                table.fill(message.client_ids, masks, message.first)
+                steps.send(Masked(tuple(message.client_ids), dict(table.failures)))
+            elif isinstance(message, Add):
+                _add(table, grammars, message, failed)
+            elif isinstance(message, Remove):
+                table.remove(message.client_id)
+            elif isinstance(message, Accepting):
+                steps.send(table.is_accepting(message.client_id))
+            elif isinstance(message, Consume):
+                table.consume(message.client_id, message.tokens)
+            else:
+                logger.error("the mask process got an unknown message: %r", message)
+        except (OSError, EOFError):
+            return
+        except Exception as exc:  # a bug: its requests end, every other request goes on
+            logger.exception("the mask process failed on %s", type(message).__name__)
+            if isinstance(message, Advance | Fill):
+                first = message.first if isinstance(message, Fill) else 0
+                for cid in message.client_ids:
+                    table.fail(cid, f"computing the token masks failed: {exc}")
+                masks[first : first + len(message.client_ids)] = table.eos_only
+                steps.send(Masked(tuple(message.client_ids), dict(table.failures)))
+
+
+def _add(table: MatcherTable, grammars: GrammarCache, message: Add, failed: LLMatcher) -> None:
+    """Its matcher from the cache (``prepare`` compiled it); compiled here if the cache let it go since.
+    A grammar that fails now still gets a row, an EOS-only one, so that rows keep their order."""
+    try:
+        copy = grammars.cached_copy(message.grammar) or grammars.copy(message.grammar)
+    except Exception as exc:
+        table.add(message.client_id, failed, message.prompt_length)
+        table.fail(message.client_id, f"compiling the constraint in the mask process failed: {exc}")
+        return
+    table.add(message.client_id, copy.matcher, message.prompt_length, copy.lane)
+
+
+def main() -> None:
+    """The child: ``sys.argv`` holds its two sockets' descriptors. (Started by importing this module,
+    not as ``__main__``, so that the messages it pickles name their classes here.)"""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s mask-process %(levelname)s %(message)s")
+    steps = Connection(int(sys.argv[1]))
+    compiles = Connection(int(sys.argv[2]))
+    try:
+        spec: Spec = steps.recv()
+        tokenizers = guidance_tokenizers(spec.hf_tokenizer, spec.vocab_size, spec.eos_token_ids)
+        table = MatcherTable(tokenizers.text, spec.mask_threads)
+        grammars = GrammarCache(tokenizers.text, lanes=lanes_for(spec.mask_threads), plain_tokenizer=tokenizers.plain)
+        masks = np.memmap(spec.masks_path, dtype=np.int32, mode="r+", shape=(spec.rows, mask_words(spec.vocab_size)))
+        failed = LLMatcher(tokenizers.text, "%% not a grammar", log_level=0)  # stands in for one that failed
+    except Exception as exc:
+        logger.exception("the mask process could not start")
+        steps.send(f"{type(exc).__name__}: {exc}")
+        return
+    steps.send("ready")
+    threading.Thread(target=_serve_compiles, args=(compiles, grammars, threading.Lock()), daemon=True).start()
+    _serve_steps(steps, table, grammars, masks, failed)

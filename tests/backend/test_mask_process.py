@@ -1,0 +1,183 @@
+"""The matchers in a process of their own (``--engine-mask-process``): the same outputs as the engine's
+own mask threads, a killed mask process ending only the requests it constrained, and no orphan."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import pytest
+import torch
+
+from backend.constraints import Guidance, GuidanceLogitsProcessor
+from backend.guidance_tokenizer import guidance_tokenizers
+from backend.mask_process import MaskProcess
+from backend.requests import EngineRequest, SamplingParams
+from backend.scheduler import Scheduler
+from backend.torch_engine import TorchEngine
+from llgtriton.guides import grammar_for
+from llgtriton.wire import FinishReason, GuideType
+from tests.backend.recording import run as generate
+from tests.backend.test_constraints import PERSON, chat
+from tests.support.harness import RecordingSink
+
+GREEDY = SamplingParams(temperature=0.0)
+ROWS = 4
+
+
+def processor_for(loaded_model: Any, source: MaskProcess | None) -> GuidanceLogitsProcessor:
+    vocab = loaded_model.model.config.vocab_size
+    tokenizers = guidance_tokenizers(loaded_model.tokenizer, vocab, loaded_model.eos_token_ids)
+    return GuidanceLogitsProcessor(tokenizers.text, vocab, ROWS, plain_tokenizer=tokenizers.plain, source=source)
+
+
+@pytest.fixture(scope="module")
+def mask_process(loaded_model: Any) -> Iterator[MaskProcess]:
+    vocab = loaded_model.model.config.vocab_size
+    process = MaskProcess(loaded_model.tokenizer, vocab, tuple(loaded_model.eos_token_ids), ROWS, 2)
+    yield process
+    process.close()
+
+
+def scheduler_for(loaded_model: Any, processor: GuidanceLogitsProcessor, **options: Any) -> Scheduler:
+    guidance = Guidance.for_processor(processor)
+    running = Scheduler(
+        TorchEngine(loaded_model.model, torch.device("cpu")),
+        loaded_model.tokenizer,
+        loaded_model.eos_token_ids,
+        max_batch_size=ROWS,
+        max_model_len=1024,
+        guidance=guidance,
+        token_bytes=lambda token: bytes(processor.tokenizer.decode_bytes([token])),
+        **options,
+    )
+    running.start()
+    return running
+
+
+def batch(loaded_model: Any) -> list[EngineRequest]:
+    """A free request beside three constraints of different kinds, run together."""
+    person = chat(loaded_model, "Give me JSON for a person named Ann aged 31.")
+    colour = chat(loaded_model, "Name a colour.")
+    return [
+        EngineRequest("schema", person, 60, GREEDY, grammar=grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))),
+        EngineRequest("regex", colour, 12, GREEDY, grammar=grammar_for(GuideType.REGEX, "(red|green|blue)!{1,3}")),
+        EngineRequest("free", colour, 12, GREEDY),
+        EngineRequest("choice", colour, 12, GREEDY, grammar=grammar_for(GuideType.CHOICE, '["yes", "no"]')),
+    ]
+
+
+@pytest.mark.parametrize("launch_ahead", [False, True], ids=["stepwise", "launched-ahead"])
+def test_outputs_are_the_same_with_the_masks_in_a_process(
+    loaded_model: Any, mask_process: MaskProcess, launch_ahead: bool
+) -> None:
+    texts = {}
+    for name, source in (("threads", None), ("process", mask_process)):
+        scheduler = scheduler_for(loaded_model, processor_for(loaded_model, source), launch_ahead=launch_ahead)
+        try:
+            sinks = generate(scheduler, *batch(loaded_model))
+        finally:
+            scheduler.shutdown()
+        assert [sink.error for sink in sinks] == [None] * 4
+        texts[name] = [sink.text for sink in sinks]
+    assert texts["process"] == texts["threads"]
+    schema, regex, _, choice = texts["process"]
+    jsonschema.validate(json.loads(schema), PERSON)
+    assert regex.rstrip("!") in {"red", "green", "blue"} and regex.endswith("!")
+    assert choice in {"yes", "no"}
+
+
+def wait_until(condition: Any) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, "it never happened"
+        time.sleep(0.01)
+
+
+def test_a_killed_mask_process_ends_only_its_requests_and_the_next_grammar_starts_another(
+    loaded_model: Any,
+) -> None:
+    vocab = loaded_model.model.config.vocab_size
+    source = MaskProcess(loaded_model.tokenizer, vocab, tuple(loaded_model.eos_token_ids), ROWS, 2)
+    scheduler = scheduler_for(loaded_model, processor_for(loaded_model, source))
+    try:
+        prompt = chat(loaded_model, "Write a long story about a cat.")
+        long_text = grammar_for(GuideType.REGEX, "[a-z ]{3000}")
+        constrained, free = RecordingSink(), RecordingSink()
+        scheduler.submit(EngineRequest("c", prompt, 500, GREEDY, grammar=long_text), constrained)
+        scheduler.submit(EngineRequest("f", prompt, 40, GREEDY), free)
+        wait_until(lambda: len(source) == 1)  # the constrained request is running
+        first = source.pid
+        os.kill(first, signal.SIGKILL)
+        constrained.wait()
+        free.wait()
+        assert constrained.error is not None and "mask process exited" in str(constrained.error)
+        assert free.error is None and free.outputs[-1].finish_reason == FinishReason.LENGTH
+        assert free.outputs[-1].completion_tokens == 40
+        # The next constrained request starts a new mask process and is served as before.
+        (again,) = generate(
+            scheduler, EngineRequest("again", prompt, 12, GREEDY, grammar=grammar_for(GuideType.CHOICE, '["yes"]'))
+        )
+        assert again.error is None and again.text == "yes"
+        assert source.pid != first
+    finally:
+        scheduler.shutdown()
+        source.close()
+
+
+def test_the_mask_process_exits_with_the_engine(loaded_model: Any, tmp_path: Any) -> None:
+    """An engine killed outright leaves no mask process behind: the child reads the end of its pipe."""
+    script = textwrap.dedent(
+        """
+        import os, sys, time
+        from backend.mask_process import MaskProcess
+        from backend.model_loader import load_model
+        from llgtriton.settings import EngineSettings
+        loaded = load_model(EngineSettings())
+        vocab = loaded.model.config.vocab_size
+        process = MaskProcess(loaded.tokenizer, vocab, tuple(loaded.eos_token_ids), 2, 1)
+        print(process.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    engine = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    try:
+        assert engine.stdout is not None
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(engine.stdout.readline() if engine.stdout else ""))
+        reader.start()
+        reader.join(180)
+        child = int(line[0])
+        os.kill(child, 0)  # it runs
+        engine.kill()
+        engine.wait(10)
+        deadline = time.monotonic() + 20
+        while _alive(child):
+            assert time.monotonic() < deadline, "the mask process outlived its engine"
+            time.sleep(0.1)
+    finally:
+        engine.kill()
+        engine.wait()
+        if engine.stdout is not None:
+            engine.stdout.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (its parent gone, not yet reaped by init) has exited too
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
