@@ -90,13 +90,14 @@ def start_torch_service(settings: EngineSettings) -> GenerationService:
     device = torch.device(settings.device)
     # Apart from the step loop's GIL the masks kept up at 256 rows on the H200 (issue 51); a CPU has
     # few cores to spare for a second process.
+    mask_process = settings.mask_process == "on" or (settings.mask_process == "auto" and device.type == "cuda")
     processor = GuidanceLogitsProcessor.for_tokenizer(
         loaded.tokenizer,
         engine.vocab_size,
         loaded.eos_token_ids,
         settings.max_batch_size,
-        applier=bitmask_applier(device, engine.vocab_size, settings.max_batch_size),
-        mask_process=settings.mask_process == "on" or (settings.mask_process == "auto" and device.type == "cuda"),
+        applier=bitmask_applier(device, engine.vocab_size, settings.max_batch_size, shared=mask_process),
+        mask_process=mask_process,
     )
     scheduler = Scheduler(
         engine,

@@ -29,7 +29,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +45,7 @@ from backend.grammar_cache import GrammarCache, lanes_for
 from backend.guidance_tokenizer import guidance_tokenizers
 from backend.interpreter import this_python
 from backend.matcher_table import Bitmask, MatcherTable, mask_words
+from backend.shared_masks import SharedMasks, map_shared_masks, own_shared_masks
 from llgtriton.wire import ErrorKind
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class Spec:
     eos_token_ids: tuple[int, ...]
     mask_threads: int
     rows: int
-    masks_path: str
+    masks_offset: int  # bytes into the shared file (its descriptor is the child's third argument)
 
 
 @dataclass(frozen=True)
@@ -130,27 +130,22 @@ def _shared_dir() -> str | None:
 
 
 class _Child:
-    """One running child process: its connections, the masks file both map, and the replies it owes."""
+    """One running child process: its connections, the masks it writes, and the replies it owes."""
 
-    def __init__(self, spec_of: Callable[[str], Spec], rows: int, words: int) -> None:
-        descriptor, path = tempfile.mkstemp(prefix="llgtriton-masks-", dir=_shared_dir())
-        try:
-            os.ftruncate(descriptor, rows * words * 4)
-        finally:
-            os.close(descriptor)
+    def __init__(self, spec_of: Callable[[int], Spec], shared: SharedMasks) -> None:
         steps_here, steps_there = socket.socketpair()
         compiles_here, compiles_there = socket.socketpair()
         self.awaiting: deque[_Reply] = deque()
         self.compiling: dict[int, Future[None]] = {}  # by key, the grammars sent to compile
+        self.masks = shared.masks
         try:
-            self.masks = np.memmap(path, dtype=np.int32, mode="r+", shape=(rows, words))
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(entry for entry in sys.path if entry))
-            ends = (steps_there.fileno(), compiles_there.fileno())
+            ends = (steps_there.fileno(), compiles_there.fileno(), shared.fd)
             command = [this_python(), "-c", "from backend.mask_process import main; main()", *map(str, ends)]
             self.process = subprocess.Popen(command, pass_fds=ends, env=env)
             self.steps = Connection(steps_here.detach())
             self.compiles = Connection(compiles_here.detach())
-            self.steps.send(spec_of(path))
+            self.steps.send(spec_of(shared.offset))
             if not self.steps.poll(START_TIMEOUT_S):
                 self.process.kill()
                 raise RuntimeError(f"the mask process did not start within {START_TIMEOUT_S:.0f} s")
@@ -164,7 +159,6 @@ class _Child:
         finally:
             steps_there.close()
             compiles_there.close()
-            os.unlink(path)  # both have it mapped; nothing is left behind however either ends
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -189,8 +183,9 @@ class _Reply:
         self.client_ids: tuple[int, ...] | None = None
 
     def receive(self, masked: Masked) -> None:
-        rows = slice(self.first, self.first + len(masked.client_ids))
-        self.masks[rows] = self.child.masks[rows]
+        if self.masks.ctypes.data != self.child.masks.ctypes.data:  # (the applier's buffer is not the shared one)
+            rows = slice(self.first, self.first + len(masked.client_ids))
+            self.masks[rows] = self.child.masks[rows]
         self.client_ids = masked.client_ids
 
     def end_only(self, client_ids: Sequence[int]) -> None:
@@ -212,11 +207,22 @@ class MaskProcess:
     """
 
     def __init__(
-        self, hf_tokenizer: Any, vocab_size: int, eos_token_ids: tuple[int, ...], rows: int, mask_threads: int
+        self,
+        hf_tokenizer: Any,
+        vocab_size: int,
+        eos_token_ids: tuple[int, ...],
+        rows: int,
+        mask_threads: int,
+        *,
+        shared: SharedMasks | None = None,
     ) -> None:
-        self._words = mask_words(vocab_size)
-        self._rows = rows
-        self._spec = lambda path: Spec(hf_tokenizer, vocab_size, eos_token_ids, mask_threads, rows, path)
+        """``shared``: the applier's host buffer, which the child then writes the masks into (else a
+        buffer of its own, copied from)."""
+        words = mask_words(vocab_size)
+        if shared is not None and (shared.rows < rows or shared.words != words):
+            raise ValueError(f"the shared masks are {shared.rows} x {shared.words} words, not {rows} x {words}")
+        self._shared = shared or own_shared_masks(rows, words)
+        self._spec = lambda offset: Spec(hf_tokenizer, vocab_size, eos_token_ids, mask_threads, rows, offset)
         self.eos_only = _eos_only(vocab_size, eos_token_ids)
         self._known: set[int] = set()
         self._failures: dict[int, str] = {}
@@ -226,7 +232,7 @@ class MaskProcess:
         self._child = self._start()
 
     def _start(self) -> _Child:
-        child = _Child(self._spec, self._rows, self._words)
+        child = _Child(self._spec, self._shared)
         threading.Thread(target=self._read_compiles, args=(child,), name="llgtriton-mask-compiles", daemon=True).start()
         logger.info("mask process %d ready", child.process.pid)
         return child
@@ -470,12 +476,13 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s mask-process %(levelname)s %(message)s")
     steps = Connection(int(sys.argv[1]))
     compiles = Connection(int(sys.argv[2]))
+    shared_fd = int(sys.argv[3])
     try:
         spec: Spec = steps.recv()
         tokenizers = guidance_tokenizers(spec.hf_tokenizer, spec.vocab_size, spec.eos_token_ids)
         table = MatcherTable(tokenizers.text, spec.mask_threads)
         grammars = GrammarCache(tokenizers.text, lanes=lanes_for(spec.mask_threads), plain_tokenizer=tokenizers.plain)
-        masks = np.memmap(spec.masks_path, dtype=np.int32, mode="r+", shape=(spec.rows, mask_words(spec.vocab_size)))
+        masks = map_shared_masks(shared_fd, spec.masks_offset, spec.rows, mask_words(spec.vocab_size))
         failed = LLMatcher(tokenizers.text, "%% not a grammar", log_level=0)  # stands in for one that failed
     except Exception as exc:
         logger.exception("the mask process could not start")

@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from backend.grammar_pressure import pressure_of
+from backend.shared_masks import SharedMasks, shared_bytes
 
 _SHIFTS = torch.arange(32, dtype=torch.int32)
 
@@ -38,6 +40,10 @@ class BitmaskApplier(Protocol):
 
     def host_masks(self, rows: int) -> torch.Tensor: ...
 
+    def shared_masks(self) -> SharedMasks | None:
+        """Where a mask process may write ``host_masks``' rows itself (None: this buffer is not shared)."""
+        ...
+
     def apply(
         self,
         logits: Sequence[torch.Tensor] | torch.Tensor,
@@ -61,16 +67,29 @@ class BitmaskApplier(Protocol):
 
 
 class CpuBitmaskApplier:
-    """The CPU path: masks in an ordinary tensor, applied with vectorised torch ops."""
+    """The CPU path: masks in an ordinary tensor (``shared``: in memory a mask process maps), applied
+    with vectorised torch ops."""
 
-    def __init__(self, vocab_size: int, rows: int) -> None:
+    def __init__(self, vocab_size: int, rows: int, *, shared: bool = False) -> None:
         self.vocab_size = vocab_size
-        self._masks = torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
+        words = (vocab_size + 31) // 32
+        self._shared: SharedMasks | None = None
+        if shared:
+            fd, mapping = shared_bytes(rows * words * 4)
+            masks = np.frombuffer(mapping, dtype=np.int32, count=rows * words).reshape(rows, words)
+            self._shared = SharedMasks(fd, 0, rows, words, masks)
+            self._masks = torch.from_numpy(masks)
+            self._masks.fill_(-1)
+        else:
+            self._masks = torch.full((rows, words), -1, dtype=torch.int32)
 
     def host_masks(self, rows: int) -> torch.Tensor:
-        if rows > self._masks.shape[0]:
+        if rows > self._masks.shape[0]:  # (a mask process then writes its own memory, copied from there)
             self._masks = torch.full((rows, self._masks.shape[1]), -1, dtype=torch.int32)
         return self._masks[:rows]
+
+    def shared_masks(self) -> SharedMasks | None:
+        return self._shared
 
     def apply(
         self,
@@ -102,10 +121,11 @@ class CpuBitmaskApplier:
         return None
 
 
-def bitmask_applier(device: torch.device, vocab_size: int, rows: int) -> BitmaskApplier:
-    """The CUDA kernel for CUDA devices (PyCUDA, imported only then), the CPU path otherwise."""
+def bitmask_applier(device: torch.device, vocab_size: int, rows: int, *, shared: bool = False) -> BitmaskApplier:
+    """The CUDA kernel for CUDA devices (PyCUDA, imported only then), the CPU path otherwise; ``shared``:
+    its host buffer in memory a mask process can map."""
     if device.type == "cuda":
         from backend.kernels.cuda_masking import CudaBitmaskApplier
 
-        return CudaBitmaskApplier(device, rows, vocab_size)
-    return CpuBitmaskApplier(vocab_size, rows)
+        return CudaBitmaskApplier(device, rows, vocab_size, shared=shared)
+    return CpuBitmaskApplier(vocab_size, rows, shared=shared)

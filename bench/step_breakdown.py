@@ -222,7 +222,8 @@ def build(arguments: argparse.Namespace) -> Bench:
     model, tokenizer = random_model(arguments.random_model, arguments.shape, device)
     eos = frozenset({int(tokenizer.eos_token_id)})
     engine = torch_engine(settings, model, MAX_MODEL_LEN)
-    applier = bitmask_applier(device, engine.vocab_size, settings.max_batch_size)
+    mask_process = (arguments.mask_process or ("on" if device.type == "cuda" else "off")) == "on"
+    applier = bitmask_applier(device, engine.vocab_size, settings.max_batch_size, shared=mask_process)
     if arguments.llguidance_own_tokenizer:  # what the masks cost before spelled special tokens were text
         own = llguidance.hf.from_tokenizer(tokenizer, n_vocab=engine.vocab_size, eos_token=sorted(eos))
         processor = GuidanceLogitsProcessor(
@@ -236,7 +237,7 @@ def build(arguments: argparse.Namespace) -> Bench:
             settings.max_batch_size,
             applier=applier,
             mask_threads=arguments.mask_threads,
-            mask_process=(arguments.mask_process or ("on" if device.type == "cuda" else "off")) == "on",
+            mask_process=mask_process,
         )
     grammars = GrammarCache(
         processor.tokenizer,

@@ -35,6 +35,7 @@ from backend.kernels.driver import (
 from backend.kernels.launch_policy import DeviceFacts, Launch, LaunchPlan, LaunchPolicy, PolicySettings
 from backend.kernels.mask_probe import DENSE, MaskDensityProbe
 from backend.kernels.row_addresses import request_rows, tensor_rows
+from backend.shared_masks import SharedMasks, shared_bytes
 
 KERNEL_SOURCE = Path(__file__).with_name("mask_logits.cu")
 _MAX_GRAPHS = 64  # captured step shapes kept (one per batch size in practice)
@@ -61,15 +62,20 @@ class CudaBitmaskApplier:
         settings: PolicySettings | None = None,
         defines: Sequence[str] = (),
         graphs: bool = True,
+        shared: bool = False,
     ) -> None:
-        """``settings`` (the launch policy's, :class:`PolicySettings`; the defaults are the measured
-        best), ``defines`` (``-D`` macros for the kernel source) and ``graphs=False`` (three driver
-        calls a step, never a captured graph) exist for the benchmark's comparisons and the tests."""
+        """``shared``: the pinned host buffer is memory a mask process maps too, which writes the masks
+        there itself (see ``backend.shared_masks``). ``settings`` (the launch policy's,
+        :class:`PolicySettings`; the defaults are the measured best), ``defines`` (``-D`` macros for the
+        kernel source) and ``graphs=False`` (three driver calls a step, never a captured graph) exist
+        for the benchmark's comparisons and the tests."""
         import pycuda.driver as cuda
         from pycuda.compiler import compile as compile_cuda
 
         settings = settings or PolicySettings()
         self._cuda = cuda
+        self._share = shared
+        self._shared: SharedMasks | None = None
         cuda.init()
         index = device.index if device.index is not None else torch.cuda.current_device()
         self._device = torch.device("cuda", index)
@@ -168,13 +174,21 @@ class CudaBitmaskApplier:
         self._max_rows = rows
         self._pointer_bytes = rows * 8
         size = self._pointer_bytes + rows * self.words * 4
-        self._host = cuda.pagelocked_empty(size, dtype=np.uint8)
+        if self._share and self._shared is None:  # (grown past it later: a mask process's masks are copied in)
+            fd, self._mapping = shared_bytes(size)
+            self._host = np.frombuffer(self._mapping, dtype=np.uint8, count=size)
+            pinned = self._driver.lib.cuMemHostRegister_v2(_void_p(self._host.ctypes.data), len(self._mapping), 0)
+            self._driver.check(pinned, "cuMemHostRegister")  # (for the applier's life, as pagelocked memory is)
+        else:
+            self._host = cuda.pagelocked_empty(size, dtype=np.uint8)
         self._host_address = int(self._host.ctypes.data)
         self._device_buffer = cuda.mem_alloc(size)
         self._device_address = int(self._device_buffer)
         self._pointers = self._host[: self._pointer_bytes].view(np.uint64)
         masks = self._host[self._pointer_bytes :].view(np.int32)
         self._masks = torch.from_numpy(masks.reshape(rows, self.words))
+        if self._share and self._shared is None:
+            self._shared = SharedMasks(fd, self._pointer_bytes, rows, self.words, masks.reshape(rows, self.words))
         self._pressure.allocate(rows, self._device)
         self._probe = MaskDensityProbe(masks, self.words)
         # The launch parameters: (rows pointer array, base, row stride in elements (0: use the array),
@@ -211,6 +225,9 @@ class CudaBitmaskApplier:
             yield
         finally:
             self._driver.lib.cuCtxPopCurrent_v2(ctypes.byref(_void_p()))
+
+    def shared_masks(self) -> SharedMasks | None:
+        return self._shared
 
     def host_masks(self, rows: int) -> torch.Tensor:
         """The pinned int32 ``[rows, words]`` buffer for the next step's masks (fill it, then ``apply``)."""

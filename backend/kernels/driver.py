@@ -41,6 +41,7 @@ class Driver:
             "cuGraphExecDestroy": [_void_p],
             "cuGraphDestroy": [_void_p],
             "cuEventSynchronize": [_void_p],
+            "cuMemHostRegister_v2": [_void_p, ctypes.c_size_t, ctypes.c_uint],
             "cuFuncGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, _void_p],
             "cuOccupancyMaxActiveBlocksPerMultiprocessor": [
                 ctypes.POINTER(ctypes.c_int),

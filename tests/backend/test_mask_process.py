@@ -21,6 +21,7 @@ import torch
 from backend.constraints import Guidance, GuidanceLogitsProcessor
 from backend.guidance_tokenizer import guidance_tokenizers
 from backend.mask_process import MaskProcess
+from backend.masking import CpuBitmaskApplier
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
@@ -34,10 +35,14 @@ GREEDY = SamplingParams(temperature=0.0)
 ROWS = 4
 
 
-def processor_for(loaded_model: Any, source: MaskProcess | None) -> GuidanceLogitsProcessor:
+def processor_for(
+    loaded_model: Any, source: MaskProcess | None, applier: CpuBitmaskApplier | None = None
+) -> GuidanceLogitsProcessor:
     vocab = loaded_model.model.config.vocab_size
     tokenizers = guidance_tokenizers(loaded_model.tokenizer, vocab, loaded_model.eos_token_ids)
-    return GuidanceLogitsProcessor(tokenizers.text, vocab, ROWS, plain_tokenizer=tokenizers.plain, source=source)
+    return GuidanceLogitsProcessor(
+        tokenizers.text, vocab, ROWS, plain_tokenizer=tokenizers.plain, source=source, applier=applier
+    )
 
 
 @pytest.fixture(scope="module")
@@ -80,16 +85,27 @@ def batch(loaded_model: Any) -> list[EngineRequest]:
 def test_outputs_are_the_same_with_the_masks_in_a_process(
     loaded_model: Any, mask_process: MaskProcess, launch_ahead: bool
 ) -> None:
+    """The same outputs from the engine's threads, a mask process writing masks of its own (copied),
+    and one writing straight into the applier's shared buffer."""
+    vocab = loaded_model.model.config.vocab_size
+    shared = CpuBitmaskApplier(vocab, ROWS, shared=True)
+    writing_in = MaskProcess(
+        loaded_model.tokenizer, vocab, tuple(loaded_model.eos_token_ids), ROWS, 2, shared=shared.shared_masks()
+    )
     texts = {}
-    for name, source in (("threads", None), ("process", mask_process)):
-        scheduler = scheduler_for(loaded_model, processor_for(loaded_model, source), launch_ahead=launch_ahead)
+    setups = (("threads", None, None), ("process", mask_process, None), ("shared", writing_in, shared))
+    for name, source, applier in setups:
+        processor = processor_for(loaded_model, source, applier)
+        scheduler = scheduler_for(loaded_model, processor, launch_ahead=launch_ahead)
         try:
             sinks = generate(scheduler, *batch(loaded_model))
         finally:
             scheduler.shutdown()
         assert [sink.error for sink in sinks] == [None] * 4
         texts[name] = [sink.text for sink in sinks]
+    writing_in.close()
     assert texts["process"] == texts["threads"]
+    assert texts["shared"] == texts["threads"]
     schema, regex, _, choice = texts["process"]
     jsonschema.validate(json.loads(schema), PERSON)
     assert regex.rstrip("!") in {"red", "green", "blue"} and regex.endswith("!")

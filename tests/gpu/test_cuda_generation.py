@@ -63,7 +63,7 @@ def setup(request: pytest.FixtureRequest) -> Any:
         engine.vocab_size,
         eos,
         8,
-        applier=bitmask_applier(device, engine.vocab_size, 8),
+        applier=bitmask_applier(device, engine.vocab_size, 8, shared=server),
         mask_process=server,
     )
     scheduler = Scheduler(
