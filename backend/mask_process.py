@@ -10,12 +10,14 @@ to, and :func:`main` the child's loop, one :class:`~backend.matcher_table.Matche
 - Two socket pairs: ``steps`` carries the step loop's messages in order (a request's constraint,
   its end, a step's tokens, a fill) and the replies to the three that want one; ``compiles`` carries
   grammars to compile ahead of a request's admission, answered by key as each finishes.
-- The masks come back in a file in ``/dev/shm`` that both map; only the rows a reply names are read.
+- The masks come back in memory both map (``backend.shared_masks``): the applier's own pinned
+  buffer when it shares it, so that nothing is copied; else a buffer of the child's, copied from.
 - The child's tokenizers are built from the Hugging Face tokenizer, pickled, so their masks are
   the engine's own.
-- If the child dies, every request it constrained ends with an error and the step loop goes on;
-  the next grammar to prepare starts a new child. The child exits when the engine's end of
-  ``steps`` closes, so an engine that is killed leaves no orphan behind.
+- If the child dies, every request it constrained ends with an error, the step loop goes on, and
+  another child starts aside (constrained requests that arrive meanwhile end with an error too).
+  The child exits when the engine's end of ``steps`` closes, so an engine that is killed leaves no
+  orphan behind.
 
 The child is started with :mod:`subprocess`, not :mod:`multiprocessing`: the engine core runs in a
 daemonic process, which multiprocessing does not let have children.
@@ -138,6 +140,7 @@ class _Child:
         self.awaiting: deque[_Reply] = deque()
         self.compiling: dict[int, Future[None]] = {}  # by key, the grammars sent to compile
         self.masks = shared.masks
+        self.broken = False  # its step connection failed: it is replaced, whether or not it still runs
         try:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(entry for entry in sys.path if entry))
             ends = (steps_there.fileno(), compiles_there.fileno(), shared.fd)
@@ -161,7 +164,7 @@ class _Child:
             compiles_there.close()
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return not self.broken and self.process.poll() is None
 
     def stop(self) -> None:
         self.steps.close()
@@ -221,7 +224,10 @@ class MaskProcess:
         words = mask_words(vocab_size)
         if shared is not None and (shared.rows < rows or shared.words != words):
             raise ValueError(f"the shared masks are {shared.rows} x {shared.words} words, not {rows} x {words}")
-        self._shared = shared or own_shared_masks(rows, words)
+        self._own: SharedMasks | None = None  # masks of its own (closed with it), when the applier shares none
+        if shared is None:
+            shared = self._own = own_shared_masks(rows, words)
+        self._shared = shared
         self._spec = lambda offset: Spec(hf_tokenizer, vocab_size, eos_token_ids, mask_threads, rows, offset)
         self.eos_only = _eos_only(vocab_size, eos_token_ids)
         self._known: set[int] = set()
@@ -229,6 +235,7 @@ class MaskProcess:
         self._lost: dict[int, str] = {}  # failures this side decided (the child died): kept over replies
         self._keys = itertools.count()
         self._lock = threading.Lock()  # starting a child, and the compiles waiting for it
+        self._closed = False
         self._child = self._start()
 
     def _start(self) -> _Child:
@@ -305,9 +312,7 @@ class MaskProcess:
         key = next(self._keys)
         with self._lock:
             try:
-                if not self._child.alive():
-                    logger.warning("the mask process %d exited; starting another", self._child.process.pid)
-                    self._child = self._start()  # the step loop reads the old one's end and fails its requests
+                self._replace_dead_child()
                 self._child.compiling[key] = done
                 self._child.compiles.send(Compile(key, grammar))
             except Exception as exc:
@@ -320,8 +325,27 @@ class MaskProcess:
 
         return wait
 
-    def close(self) -> None:
+    def _replace_dead_child(self) -> None:
+        """Start another child if this one died (the lock held); the step loop fails the old one's requests."""
+        if self._closed or self._child.alive():
+            return
+        logger.warning("the mask process %d exited; starting another", self._child.process.pid)
         self._child.stop()
+        self._child = self._start()
+
+    def _restart(self) -> None:
+        with self._lock:
+            try:
+                self._replace_dead_child()
+            except Exception:  # the next prepare() tries again, and refuses its request meanwhile
+                logger.exception("the mask process could not be started again")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._child.stop()
+        if self._own is not None:
+            os.close(self._own.fd)
 
     # -- the step loop's connection -----------------------------------------------------------
 
@@ -360,13 +384,16 @@ class MaskProcess:
             self._failures.update(self._lost)
 
     def _died(self, child: _Child, exc: BaseException) -> None:
-        """``child`` is gone: every request it constrained fails; the next prepare() starts another."""
+        """``child`` is gone: every request it constrained fails, and another child starts."""
         if self._known - self._lost.keys():
             logger.error("the mask process is gone (%s): its %d constrained requests end", exc, len(self._known))
         for cid in self._known:
             self.fail(cid, "the constraint's mask process exited")
         while child.awaiting:
             child.awaiting.popleft().end_only([])
+        if not child.broken:  # another child, started aside: requests whose grammar is cached here need one too
+            child.broken = True
+            threading.Thread(target=self._restart, name="llgtriton-mask-restart", daemon=True).start()
 
     # -- the compile threads' connection ------------------------------------------------------
 

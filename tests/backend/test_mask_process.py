@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -139,12 +140,15 @@ def test_a_killed_mask_process_ends_only_its_requests_and_the_next_grammar_start
         assert constrained.error is not None and "mask process exited" in str(constrained.error)
         assert free.error is None and free.outputs[-1].finish_reason == FinishReason.LENGTH
         assert free.outputs[-1].completion_tokens == 40
-        # The next constrained request starts a new mask process and is served as before.
-        (again,) = generate(
-            scheduler, EngineRequest("again", prompt, 12, GREEDY, grammar=grammar_for(GuideType.CHOICE, '["yes"]'))
-        )
-        assert again.error is None and again.text == "yes"
-        assert source.pid != first
+        # Another mask process starts; requests are served as before, with the grammar the engine
+        # has compiled already and with a new one.
+        wait_until(lambda: source.pid != first)
+        cached = EngineRequest("cached", prompt, 8, GREEDY, grammar=long_text)
+        new = EngineRequest("new", prompt, 12, GREEDY, grammar=grammar_for(GuideType.CHOICE, '["yes"]'))
+        again, yes = generate(scheduler, cached, new)
+        assert again.error is None and again.outputs[-1].completion_tokens == 8
+        assert re.fullmatch("[a-z ]+", again.text)
+        assert yes.error is None and yes.text == "yes"
     finally:
         scheduler.shutdown()
         source.close()
