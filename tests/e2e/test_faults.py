@@ -5,7 +5,8 @@ Each time the proxy keeps running: it answers 503 (``/ready`` and generation) wh
 engine process) is restarted, requests in flight end with an error instead of hanging, and it
 serves again once the model is back, with no restart of the proxy. The server runs its engine in a
 process of its own (``--engine-core-process on``, the default with CUDA), so that process's
-faults are covered too.
+faults are covered too, and its constraints' matchers in a mask process (``--engine-mask-process
+on``, the default with CUDA too).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -34,7 +36,9 @@ RECOVERY_TIMEOUT_S = 180.0
 
 @pytest.fixture(scope="module")
 def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(tmp_path_factory.mktemp("faults") / "serve.log", "--engine-core-process=on")
+    running = start_server(
+        tmp_path_factory.mktemp("faults") / "serve.log", "--engine-core-process=on", "--engine-mask-process=on"
+    )
     yield running
     stop_server(running)
 
@@ -179,6 +183,10 @@ def test_a_dead_engine_process_ends_its_requests_and_is_replaced_by_its_stub(own
     assert _stubs(own_server) == stubs
     assert _cores(own_server) and core not in _cores(own_server)
     assert "the engine process exited (code -9); restarting it" in own_server.log.read_text()
+    deadline = time.monotonic() + 30
+    while [pid for pid in _mask_processes_anywhere() if pid not in _mask_processes(own_server)]:
+        assert time.monotonic() < deadline, "the dead engine process's mask process outlived it"
+        time.sleep(0.2)
 
 
 def test_a_stuck_engine_process_is_noticed_its_requests_fail_and_it_is_replaced(own_server: RunningServer) -> None:
@@ -202,6 +210,65 @@ def test_a_stuck_engine_process_is_noticed_its_requests_fail_and_it_is_replaced(
     _wait_until_serving(own_server)
     assert core not in _cores(own_server)
     assert "sent nothing for 10 s; killing it" in own_server.log.read_text()
+
+
+def _mask_processes_anywhere() -> list[int]:
+    """Every running mask process on this machine (an orphan's parent is no longer an engine process)."""
+    return [pid for pid in _all_pids() if _running(pid) and b"backend.mask_process" in _command_line(pid)]
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
+
+
+def _mask_processes(server: RunningServer) -> list[int]:
+    """The engine processes' mask processes: one child of each."""
+    return [pid for core in _cores(server) for pid in live_children(core, "backend.mask_process")]
+
+
+def _constrained(client: openai.OpenAI, regex: str, max_tokens: int) -> Iterator[Any]:
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Tell me a very long story."}],
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        extra_body={"guided_regex": regex},
+    )
+    return iter(stream)
+
+
+def test_a_dead_mask_process_ends_only_its_requests_and_another_starts(own_server: RunningServer) -> None:
+    """Its constrained stream ends with an error, a free one beside it goes on, and constraints are
+    served again by another mask process: the engine process and Triton carry on."""
+    _wait_until_serving(own_server)
+    cores = _cores(own_server)
+    (mask,) = _mask_processes(own_server)
+    with openai.OpenAI(base_url=own_server.openai_base_url, api_key="unused", max_retries=0, timeout=120) as client:
+        constrained = _constrained(client, "[a-z ]{3000}", 500)
+        next(constrained)
+        free = _a_long_story_begun(client)
+        os.kill(mask, signal.SIGKILL)
+        with pytest.raises(openai.APIError, match="mask process exited"):
+            for _ in constrained:
+                pass
+        ending = [chunk for chunk in free][-1].choices[0].finish_reason  # type: ignore[attr-defined]
+        assert ending in {"stop", "length"}  # (no error: it ran on without a constraint)
+        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+        while _mask_processes(own_server) in ([], [mask]):
+            assert time.monotonic() < deadline, f"no other mask process:\n{own_server.log_tail()}"
+            time.sleep(0.5)
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in _constrained(client, "(yes|no)!", 8))
+    assert text in {"yes!", "no!"}
+    assert _cores(own_server) == cores
 
 
 def _proxy_workers(server: RunningServer) -> list[int]:
