@@ -39,14 +39,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-import numpy as np
 from llguidance import LLMatcher
 
 from backend.errors import BackendError, Unavailable, error_kind, error_of_kind
 from backend.grammar_cache import GrammarCache, lanes_for
 from backend.guidance_tokenizer import guidance_tokenizers
 from backend.interpreter import this_python
-from backend.matcher_table import Bitmask, MatcherTable, mask_words
+from backend.matcher_table import Bitmask, MatcherTable, eos_only_mask, mask_words
 from backend.shared_masks import SharedMasks, map_shared_masks, own_shared_masks
 from llgtriton.wire import ErrorKind
 
@@ -229,7 +228,7 @@ class MaskProcess:
             shared = self._own = own_shared_masks(rows, words)
         self._shared = shared
         self._spec = lambda offset: Spec(hf_tokenizer, vocab_size, eos_token_ids, mask_threads, rows, offset)
-        self.eos_only = _eos_only(vocab_size, eos_token_ids)
+        self.eos_only = eos_only_mask(vocab_size, eos_token_ids)
         self._known: set[int] = set()
         self._failures: dict[int, str] = {}
         self._lost: dict[int, str] = {}  # failures this side decided (the child died): kept over replies
@@ -414,13 +413,6 @@ class MaskProcess:
             owed, child.compiling = list(child.compiling.values()), {}
         for done in owed:
             done.set_exception(Unavailable("the constraint's mask process exited"))
-
-
-def _eos_only(vocab_size: int, eos_token_ids: Sequence[int]) -> Bitmask:
-    row = np.zeros(mask_words(vocab_size), dtype=np.uint32)
-    for token in eos_token_ids:
-        row[token >> 5] |= np.uint32(1 << (token & 31))
-    return row.view(np.int32)
 
 
 # -- the child ------------------------------------------------------------------------------

@@ -40,6 +40,14 @@ def mask_words(vocab_size: int) -> int:
     return (vocab_size + 31) // 32
 
 
+def eos_only_mask(vocab_size: int, eos_tokens: Sequence[int]) -> Bitmask:
+    """One bitmask row that allows only the end-of-sequence tokens: what a failed request may emit."""
+    row = np.zeros(mask_words(vocab_size), dtype=np.uint32)
+    for token in eos_tokens:
+        row[token >> 5] |= np.uint32(1 << (token & 31))
+    return row.view(np.int32)
+
+
 def _by_lane(states: Sequence[_MatcherState]) -> list[int]:
     """Indices of ``states`` ordered by lane: llguidance splits its list into runs, one run to a
     thread, and rows of one lane would wait for each other's lock."""
@@ -54,10 +62,7 @@ class MatcherTable:
         self._executor = LLExecutor(num_threads=mask_threads)
         self._states: dict[int, _MatcherState] = {}
         self._failures: dict[int, str] = {}  # client id -> why its constraint failed (usually empty)
-        self.eos_only = np.zeros(mask_words(tokenizer.vocab_size), dtype=np.int32)  # a failed request's mask
-        eos_words = self.eos_only.view(np.uint32)
-        for token in tokenizer.eos_tokens:
-            eos_words[token >> 5] |= np.uint32(1 << (token & 31))
+        self.eos_only = eos_only_mask(tokenizer.vocab_size, tokenizer.eos_tokens)  # a failed request's mask
 
     def __contains__(self, client_id: object) -> bool:
         return client_id in self._states
