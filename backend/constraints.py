@@ -29,7 +29,7 @@ import torch
 from llguidance import LLMatcher, LLTokenizer
 
 from backend.cpu_cores import usable_cores
-from backend.grammar_cache import GrammarCache, lanes_for
+from backend.grammar_cache import FirstMask, GrammarCache, lanes_for
 from backend.guidance_tokenizer import PlainTextTokenizer, guidance_tokenizers
 from backend.mask_process import MaskProcess
 from backend.masking import BitmaskApplier, CpuBitmaskApplier
@@ -57,7 +57,16 @@ class MaskSource(Protocol):
 
     def known(self, client_ids: Sequence[int | None]) -> list[int]: ...
 
-    def add(self, client_id: int, matcher: LLMatcher, prompt_length: int, lane: int, grammar: str | None) -> None: ...
+    def add(
+        self,
+        client_id: int,
+        matcher: LLMatcher,
+        prompt_length: int,
+        lane: int,
+        *,
+        grammar: str | None,
+        first_mask: FirstMask | None = None,
+    ) -> None: ...
 
     def remove(self, client_id: int) -> None: ...
 
@@ -180,11 +189,18 @@ class GuidanceLogitsProcessor:
         return self._tokenizer
 
     def add(
-        self, client_id: int, matcher: LLMatcher, prompt_length: int, lane: int = 0, *, grammar: str | None = None
+        self,
+        client_id: int,
+        matcher: LLMatcher,
+        prompt_length: int,
+        lane: int = 0,
+        *,
+        grammar: str | None = None,
+        first_mask: FirstMask | None = None,
     ) -> None:
         """Constrain ``client_id`` with ``matcher``, a fresh copy of ``grammar`` (which a mask process
-        compiles a copy of its own from)."""
-        self._source.add(client_id, matcher, prompt_length, lane, grammar)
+        compiles a copy of its own from); ``first_mask``, the grammar's first, spares computing it."""
+        self._source.add(client_id, matcher, prompt_length, lane, grammar=grammar, first_mask=first_mask)
 
     def prepare(self, grammar: str) -> Callable[[], None]:
         """Start readying ``grammar`` where the masks are computed; the callable waits for it and raises

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import llguidance
 import llguidance.numpy  # not llguidance.torch: importing it runs torch.compile (slow, and warns)
 import numpy as np
+import numpy.typing as npt
 from llguidance import LLMatcher, LLTokenizer
 
 from backend.cpu_cores import usable_cores
@@ -27,9 +28,13 @@ from llgtriton.guides import CompilerBusy, GuideError, llguidance_panics_refused
 logger = logging.getLogger(__name__)
 
 
+FirstMask = npt.NDArray[np.int32]  # one bitmask row: the tokens a fresh copy of a grammar allows first
+
+
 @dataclass(frozen=True)
 class GrammarCopy:
-    """A request's own matcher for a compiled grammar, and the lane (which compiled template) it copies.
+    """A request's own matcher for a compiled grammar, the lane (which compiled template) it copies,
+    and the mask every fresh copy of the grammar starts with (None where it was not computed).
 
     Copies of one template share llguidance's lexer state and its lock: their masks are computed one
     at a time however many threads there are. Copies of different lanes do not wait for each other.
@@ -37,11 +42,13 @@ class GrammarCopy:
 
     matcher: LLMatcher
     lane: int = 0
+    first_mask: FirstMask | None = None
 
 
 @dataclass(eq=False)
 class _Compiled:
     templates: list[LLMatcher]  # one per lane; the first compiled on the request's path, the rest spare
+    first_mask: FirstMask | None = None  # (a fresh copy's first mask depends on the grammar alone)
     handed_out: int = 0
     spare_pending: bool = False
     spares_given_up: bool = False  # a spare failed to compile: the grammar keeps the lanes it has
@@ -102,7 +109,7 @@ class GrammarCache:
         if cached is not None:
             return cached
         try:
-            template = on_compile_thread(lambda: self._compile(grammar, probe=True))
+            template, first_mask = on_compile_thread(lambda: self._compile_probed(grammar))
         except GuideError as exc:
             raise InvalidConstraint(str(exc)) from None
         except CompilerBusy as exc:
@@ -111,15 +118,16 @@ class GrammarCache:
             self.compilations += 1
             compiled = self._compiled.get(grammar)
             if compiled is None:
-                compiled = self._compiled[grammar] = _Compiled([template])
+                compiled = self._compiled[grammar] = _Compiled([template], first_mask)
                 self._bytes += len(grammar)
             else:
                 compiled.templates[0] = template
+                compiled.first_mask = first_mask
             while len(self._compiled) > self._capacity or (self._bytes > self._max_bytes and len(self._compiled) > 1):
                 dropped, entry = self._compiled.popitem(last=False)
                 self._bytes -= len(dropped) * len(entry.templates)
             compiled.handed_out += 1
-            return GrammarCopy(template.deep_copy(), 0)
+            return GrammarCopy(template.deep_copy(), 0, first_mask)
 
     def matcher(self, grammar: str) -> LLMatcher:
         return self.copy(grammar).matcher
@@ -132,11 +140,11 @@ class GrammarCache:
         if len(compiled.templates) < self.lanes and not (compiled.spare_pending or compiled.spares_given_up):
             compiled.spare_pending = True
             self._spares.submit(self._add_spare, grammar, compiled)
-        return GrammarCopy(compiled.templates[lane].deep_copy(), lane)
+        return GrammarCopy(compiled.templates[lane].deep_copy(), lane, compiled.first_mask)
 
     def _add_spare(self, grammar: str, compiled: _Compiled) -> None:
         try:
-            template: LLMatcher | None = on_compile_thread(lambda: self._compile(grammar, probe=False))
+            template: LLMatcher | None = on_compile_thread(lambda: self._compile(grammar))
         except Exception as exc:  # it compiled before (busy, or a timeout under load): only the spares are given up
             logger.info("a spare copy of a grammar was not compiled: %s", exc)
             template = None
@@ -147,19 +155,23 @@ class GrammarCache:
                 compiled.templates.append(template)
                 self._bytes += len(grammar)
 
-    def _compile(self, grammar: str, *, probe: bool) -> LLMatcher:
+    def _compile(self, grammar: str) -> LLMatcher:
         plain = self.plain_tokenizer
         tokenizer = plain.tokenizer if plain is not None and plain.reads_plainly(grammar) else self._tokenizer
         with llguidance_panics_refused():
             template = LLMatcher(tokenizer, grammar, log_level=0)  # compiles with the GIL released
             if template.is_error():
                 raise GuideError(f"the constraint does not compile: {short(template.get_error())}")
-            if probe:
-                self._probe(template)
         return template
 
-    def _probe(self, template: LLMatcher) -> None:
-        """Raise :class:`GuideError` if a fresh copy fails within its first two masks, or a second copy at its first.
+    def _compile_probed(self, grammar: str) -> tuple[LLMatcher, FirstMask]:
+        template = self._compile(grammar)
+        with llguidance_panics_refused():
+            return template, self._probe(template)
+
+    def _probe(self, template: LLMatcher) -> FirstMask:
+        """Raise :class:`GuideError` if a fresh copy fails within its first two masks, or a second copy at its
+        first; return a fresh copy's first mask (one row), which every request of the grammar starts with.
 
         llguidance meets some limits only while generating: a flat alternation of more than 2,000
         items overflows an Earley row after the first token, and a lexer out of expressions fails
@@ -176,6 +188,9 @@ class GrammarCache:
         for probe in (first, second):
             if probe.is_error():
                 raise GuideError(f"the constraint fails as generation starts: {short(probe.get_error())}")
+        first_mask: FirstMask = mask[0].copy()  # (second's, computed last)
+        first_mask.flags.writeable = False
+        return first_mask
 
     def evict(self, grammar: str) -> None:
         """Forget ``grammar``: a copy of it failed, and copies share their template's lexer state."""

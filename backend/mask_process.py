@@ -42,7 +42,7 @@ from typing import Any
 from llguidance import LLMatcher
 
 from backend.errors import BackendError, Unavailable, error_kind, error_of_kind
-from backend.grammar_cache import GrammarCache, lanes_for
+from backend.grammar_cache import FirstMask, GrammarCache, lanes_for
 from backend.guidance_tokenizer import guidance_tokenizers
 from backend.interpreter import this_python
 from backend.matcher_table import Bitmask, MatcherTable, eos_only_mask, mask_words
@@ -230,6 +230,7 @@ class MaskProcess:
         self._spec = lambda offset: Spec(hf_tokenizer, vocab_size, eos_token_ids, mask_threads, rows, offset)
         self.eos_only = eos_only_mask(vocab_size, eos_token_ids)
         self._known: set[int] = set()
+        self._fresh: dict[int, FirstMask] = {}  # the first mask of requests that have consumed no token
         self._failures: dict[int, str] = {}
         self._lost: dict[int, str] = {}  # failures this side decided (the child died): kept over replies
         self._keys = itertools.count()
@@ -261,14 +262,28 @@ class MaskProcess:
         known = self._known
         return [cid for cid in client_ids if cid is not None and cid in known]
 
-    def add(self, client_id: int, matcher: LLMatcher, prompt_length: int, lane: int, grammar: str | None) -> None:
+    def add(
+        self,
+        client_id: int,
+        matcher: LLMatcher,
+        prompt_length: int,
+        lane: int,
+        *,
+        grammar: str | None,
+        first_mask: FirstMask | None = None,
+    ) -> None:
+        """``first_mask``: the grammar's first mask, which the request's first fill then writes here,
+        with no round trip to the child."""
         if grammar is None:
             raise ValueError("a mask process compiles its own matcher: it needs the grammar's text")
         self._known.add(client_id)
+        if first_mask is not None:
+            self._fresh[client_id] = first_mask
         self._send(Add(client_id, grammar, prompt_length))
 
     def remove(self, client_id: int) -> None:
         self._known.discard(client_id)
+        self._fresh.pop(client_id, None)
         self._failures.pop(client_id, None)
         self._lost.pop(client_id, None)
         self._send(Remove(client_id))
@@ -280,11 +295,23 @@ class MaskProcess:
 
     def start(self, client_ids: Sequence[int], tokens: Sequence[int], masks: Bitmask, *, on_worker: bool) -> _Reply:
         """Send the step's tokens; the child consumes them and computes the masks whatever ``on_worker``."""
+        fresh = self._fresh
+        if fresh:
+            for cid in client_ids:
+                fresh.pop(cid, None)
         reply = _Reply(self, self._child, masks, 0)
         self._ask(Advance(list(client_ids), list(tokens)), reply, self.known(client_ids))
         return reply
 
     def fill(self, client_ids: Sequence[int], masks: Bitmask, first: int) -> None:
+        """Rows that join a step start with their grammar's first mask, written here when every one of
+        them has it (no round trip: the child's own copies start from the same mask); else the child
+        fills them all."""
+        fresh = self._fresh
+        if all(cid in fresh for cid in client_ids):
+            for row, cid in enumerate(client_ids, start=first):
+                masks[row] = fresh[cid] if cid not in self._failures else self.eos_only
+            return
         reply = _Reply(self, self._child, masks, first)
         self._ask(Fill(list(client_ids), first), reply, client_ids)
         reply.result()
@@ -303,6 +330,7 @@ class MaskProcess:
             return False
 
     def consume(self, client_id: int, tokens: Sequence[int]) -> None:
+        self._fresh.pop(client_id, None)  # (it may have consumed nothing new: the child fills it then)
         self._send(Consume(client_id, list(tokens)))
 
     def prepare(self, grammar: str) -> Callable[[], None]:
@@ -486,7 +514,7 @@ def _add(table: MatcherTable, grammars: GrammarCache, message: Add, failed: LLMa
         table.add(message.client_id, failed, message.prompt_length)
         table.fail(message.client_id, f"compiling the constraint in the mask process failed: {exc}")
         return
-    table.add(message.client_id, copy.matcher, message.prompt_length, copy.lane)
+    table.add(message.client_id, copy.matcher, message.prompt_length, copy.lane, first_mask=copy.first_mask)
 
 
 def main() -> None:

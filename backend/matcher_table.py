@@ -33,6 +33,7 @@ class _MatcherState:
     consumed: int  # how many of the request's tokens (prompt included) the matcher has seen
     lane: int = 0  # its template's lane: the parallel calls take rows lane by lane
     error: str | None = None
+    first_mask: npt.NDArray[np.int32] | None = None  # its grammar's first mask, until it consumes a token
 
 
 def mask_words(vocab_size: int) -> int:
@@ -71,11 +72,19 @@ class MatcherTable:
         return len(self._states)
 
     def add(
-        self, client_id: int, matcher: LLMatcher, prompt_length: int, lane: int = 0, grammar: str | None = None
+        self,
+        client_id: int,
+        matcher: LLMatcher,
+        prompt_length: int,
+        lane: int = 0,
+        *,
+        grammar: str | None = None,
+        first_mask: npt.NDArray[np.int32] | None = None,
     ) -> None:
-        """``grammar`` (the text ``matcher`` was compiled from) is not needed here; a table in another
-        process compiles its own copy from it."""
-        self._states[client_id] = _MatcherState(client_id, matcher, consumed=prompt_length, lane=lane)
+        """``first_mask``: the mask a fresh copy of ``matcher``'s grammar starts with, which its first
+        fill copies instead of computing. ``grammar`` (the text ``matcher`` was compiled from) is not
+        needed here; a table in another process compiles its own copy from it."""
+        self._states[client_id] = _MatcherState(client_id, matcher, prompt_length, lane, first_mask=first_mask)
         self._failures.pop(client_id, None)
 
     def remove(self, client_id: int) -> None:
@@ -111,6 +120,7 @@ class MatcherTable:
         live = [index for index in order if states[index].error is None]
         for state in states:
             state.consumed += 1
+            state.first_mask = None
         try:
             consumed = [(states[index].matcher, pairs[index][1]) for index in live]
             accepted = llguidance.numpy.consume_token_par(self._executor, consumed)
@@ -145,8 +155,15 @@ class MatcherTable:
         self._fill(states, masks, rows, _by_lane(states))
 
     def _fill(self, states: Sequence[_MatcherState], masks: Bitmask, rows: Sequence[int], order: Sequence[int]) -> None:
-        """The mask of ``states[i]`` into row ``rows[i]`` of ``masks``, computed in ``order`` (by lane);
-        EOS-only for failed matchers."""
+        """The mask of ``states[i]`` into row ``rows[i]`` of ``masks``, computed in ``order`` (by lane), or
+        copied where it is the grammar's first; EOS-only for failed matchers."""
+        if any(state.first_mask is not None for state in states):
+            for row, state in zip(rows, states, strict=True):
+                if state.first_mask is not None:
+                    masks[row] = state.first_mask if state.error is None else self.eos_only
+            computed = [index for index in order if states[index].first_mask is None]  # (still by lane)
+            states, rows = [states[index] for index in computed], [rows[index] for index in computed]
+            order = range(len(computed))
         if not states:
             return
         try:
@@ -178,5 +195,6 @@ class MatcherTable:
         state.consumed = len(tokens)
         if state.error is not None or not new:
             return
+        state.first_mask = None
         if not state.matcher.consume_tokens(list(new)):
             self.fail(client_id, f"the constraint rejected a token: {short(state.matcher.get_error())}")

@@ -376,8 +376,9 @@ class Scheduler:
                 return None
             assert waiting.grammar is not None  # submit() compiled it, or found it in the cache
             grammar = self._output_grammar(seq_id, request, waiting.grammar.matcher)
+            copy, prompt_length = waiting.grammar, len(request.prompt_ids)
             self._guidance.processor.add(
-                seq_id, waiting.grammar.matcher, len(request.prompt_ids), waiting.grammar.lane, grammar=request.grammar
+                seq_id, copy.matcher, prompt_length, copy.lane, grammar=request.grammar, first_mask=copy.first_mask
             )
         seq = _Sequence(
             request,

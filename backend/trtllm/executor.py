@@ -128,7 +128,8 @@ class ExecutorRunner:
         run = self._runs.open(request, sink, self._model.verifier(request.grammar))
         masker = self._model.grammar_copy(request.grammar)  # the post-processor's own copy of the grammar
         if masker is not None:
-            self._hook.processor.add(run.client_id, masker.matcher, len(request.prompt_ids), masker.lane)
+            matcher, lane, first_mask = masker.matcher, masker.lane, masker.first_mask
+            self._hook.processor.add(run.client_id, matcher, len(request.prompt_ids), lane, first_mask=first_mask)
         self._hook.add(run.client_id, request.sampling.logit_bias)
         hooked = request.grammar is not None or bool(request.sampling.logit_bias)
         try:

@@ -8,6 +8,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import jsonschema
@@ -18,7 +19,7 @@ import torch
 from backend.chat_template import ChatTemplate
 from backend.constraints import Guidance, GuidanceLogitsProcessor
 from backend.errors import InvalidRequest, Unavailable
-from backend.grammar_cache import GrammarCache
+from backend.grammar_cache import GrammarCache, GrammarCopy
 from backend.requests import EngineRequest, SamplingParams
 from backend.scheduler import Scheduler
 from backend.torch_engine import TorchEngine
@@ -228,6 +229,60 @@ def test_a_grammar_in_use_is_handed_out_across_lanes_whose_copies_mask_alike(gui
     for matcher in by_lane.values():
         assert matcher.consume_tokens(prefix)
         assert _mask_of(tokenizer, matcher) == _mask_of(tokenizer, moved)
+
+
+def allowed_tokens(bits: list[int], width: int) -> list[int]:
+    return [token for token in range(width) if bits[token >> 5] >> (token & 31) & 1]
+
+
+def check_masked_from_the_first_mask_on(
+    processor: GuidanceLogitsProcessor,
+    copy: GrammarCopy,
+    grammar: str,
+    width: int,
+    client_id: int,
+    *,
+    first_step: AbstractContextManager[object] | None = None,
+) -> None:
+    """A request added with its grammar's first mask gets it at its first step (masked inside
+    ``first_step``), and at the next the mask of where its token moved it, as a matcher of its own
+    computes them."""
+    tokenizer = processor.tokenizer
+    reference = llguidance.LLMatcher(tokenizer, grammar)
+    processor.add(client_id, copy.matcher, 0, copy.lane, grammar=grammar, first_mask=copy.first_mask)
+    try:
+        for step in range(2):
+            logits = torch.zeros(1, width)
+            with first_step if first_step is not None and step == 0 else nullcontext():
+                processor.mask(logits, [client_id], 0)
+            expected = allowed_tokens(_mask_of(tokenizer, reference), width)
+            assert torch.isfinite(logits[0]).nonzero().view(-1).tolist() == expected
+            token = next(token for token in expected if token not in tokenizer.eos_tokens)
+            assert reference.consume_token(token)
+            processor.prefetch([client_id], [token])
+    finally:
+        processor.remove(client_id)
+
+
+def test_every_copy_carries_its_grammars_first_mask_which_a_request_starts_with(
+    loaded_model: Any, guidance: Guidance
+) -> None:
+    """A fresh copy's first mask depends on the grammar alone: it is computed once, as the grammar is
+    compiled, and a request's first step is masked with it instead of computing it again."""
+    tokenizer = guidance.processor.tokenizer
+    cache = GrammarCache(tokenizer, lanes=2)
+    grammars = [
+        grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON)),
+        grammar_for(GuideType.REGEX, "(red|green|blue)!{1,3}"),
+        grammar_for(GuideType.JSON, None),
+    ]
+    for grammar in grammars:
+        made, cached = cache.copy(grammar), cache.copy(grammar)
+        assert made.first_mask is not None and cached.first_mask is not None
+        fresh = _mask_of(tokenizer, llguidance.LLMatcher(tokenizer, grammar))
+        assert made.first_mask.tolist() == cached.first_mask.tolist() == fresh
+    width = loaded_model.model.config.vocab_size
+    check_masked_from_the_first_mask_on(guidance.processor, cache.copy(grammars[0]), grammars[0], width, 2100)
 
 
 def test_a_spare_that_fails_to_compile_leaves_the_grammar_on_the_lanes_it_has(

@@ -13,6 +13,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import jsonschema
@@ -29,7 +30,7 @@ from backend.torch_engine import TorchEngine
 from llgtriton.guides import grammar_for
 from llgtriton.wire import FinishReason, GuideType
 from tests.backend.recording import run as generate
-from tests.backend.test_constraints import PERSON, chat
+from tests.backend.test_constraints import PERSON, chat, check_masked_from_the_first_mask_on
 from tests.support.harness import RecordingSink
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -109,6 +110,33 @@ def test_outputs_are_the_same_with_the_masks_in_a_process(loaded_model: Any, mas
     jsonschema.validate(json.loads(schema), PERSON)
     assert regex.rstrip("!") in {"red", "green", "blue"} and regex.endswith("!")
     assert choice in {"yes", "no"}
+
+
+def test_a_joining_request_gets_its_first_mask_without_waiting_for_the_mask_process(
+    loaded_model: Any, mask_process: MaskProcess
+) -> None:
+    """Its grammar's first mask is known on the engine's side: the row is masked while the child is
+    stopped (no round trip), and once it runs again the request's next masks come from it."""
+    processor = processor_for(loaded_model, mask_process)
+    grammar = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
+    copy = Guidance.for_processor(processor).grammars.copy(grammar)
+    width = loaded_model.model.config.vocab_size
+    check_masked_from_the_first_mask_on(processor, copy, grammar, width, 4000, first_step=stopped(mask_process.pid))
+
+
+@contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """The process stopped for the block, which must end before a timer resumes it (20 s): it waited
+    for nothing from it."""
+    os.kill(pid, signal.SIGSTOP)
+    resume = threading.Timer(20, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    try:
+        yield
+        assert resume.is_alive(), "the step waited for the stopped mask process"
+    finally:
+        resume.cancel()
+        os.kill(pid, signal.SIGCONT)
 
 
 def wait_until(condition: Any) -> None:
