@@ -2,16 +2,18 @@
 # Issue 51 on the GPU machine: bench.step_breakdown (the engine alone, random Llama-3.2-1B-shaped weights,
 # the Llama 3.2 tokenizer, launched ahead) with the matchers on the engine's own threads and in a mask
 # process of their own (--mask-process off / on), each variant in a process of its own per round,
-# alternating.
+# alternating. VARIANTS="old new" compares two builds instead, both with the mask process: this tree
+# ("new") and a copy with the files of device_carry/overlay laid over it ("old").
 #   make device-carry device-carry-llama                   # here
 #   OUT=$OUT ROUNDS=2 bash bench/gpu_mask_process.sh       # there: carry device_carry/{wheels,model_llama,
-#       jsonschemabench,pycuda_site}; results in $OUT/mask_process_<off|on>_<round>.json
+#       jsonschemabench,pycuda_site[,overlay]}; results in $OUT/mask_process_<variant>_<round>.json
+#   ROUND=2 runs only round 2 (its order: the variants reversed)
 set -u
 OUT=${OUT:-docs/results}
 ROUNDS=${ROUNDS:-2}
 KINDS=${KINDS:-free shared own}
 CLIENTS=${CLIENTS:-64 256}
-mkdir -p "$OUT" /tmp/llgtriton-site
+mkdir -p "$OUT" /tmp/llgtriton-site && OUT=$(cd "$OUT" && pwd)
 if [ -f device_carry/pycuda_site/pycuda_site.tgz ]; then
     tar xzf device_carry/pycuda_site/pycuda_site.tgz -C /tmp/llgtriton-site
 fi
@@ -19,14 +21,24 @@ source bench/gpu_setup.sh > "$OUT/setup.txt" 2>&1
 if [ ! -f /tmp/model_llama/tokenizer.json ]; then
     rm -rf /tmp/model_llama && cp -r device_carry/model_llama /tmp/model_llama && xz -df /tmp/model_llama/tokenizer.json.xz
 fi
-for round in $(seq 1 "$ROUNDS"); do
-    order="off on" && [ $((round % 2)) = 0 ] && order="on off"
+VARIANTS=${VARIANTS:-off on}
+ROOT=$PWD
+if [[ " $VARIANTS " == *" old "* ]]; then
+    rm -rf /tmp/old && mkdir /tmp/old && cp -r $(ls -A | grep -v -e '^device_carry$' -e '^.git$') /tmp/old/
+    ln -s "$ROOT/device_carry" /tmp/old/device_carry && cp -r device_carry/overlay/. /tmp/old/
+fi
+for round in ${ROUND:-$(seq 1 "$ROUNDS")}; do
+    order=$VARIANTS && [ $((round % 2)) = 0 ] && order=$(echo "$VARIANTS" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i}')
     for variant in $order; do
-        PYTHONPATH="$SITE:$PWD" "$PY" -m bench.step_breakdown --device cuda --random-model /tmp/model_llama \
+        dir=$ROOT && [ "$variant" = old ] && dir=/tmp/old
+        case $variant in old | new) mode=on ;; *) mode=$variant ;; esac
+        cd "$dir"
+        PYTHONPATH="$SITE:$dir" "$PY" -m bench.step_breakdown --device cuda --random-model /tmp/model_llama \
             --shape llama-3.2-1b --data device_carry/jsonschemabench --clients $CLIENTS --rounds 1 --kinds $KINDS \
-            --mask-process "$variant" --out "$OUT" --name "mask_process_${variant}_${round}" \
+            --mask-process "$mode" --out "$OUT" --name "mask_process_${variant}_${round}" \
             > "$OUT/log_${variant}_${round}.txt" 2>&1
         echo "mask process $variant, round $round: exit $?"
+        cd "$ROOT"
     done
 done
 "$PY" - "$OUT" <<'PY'
