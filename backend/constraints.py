@@ -199,7 +199,8 @@ class GuidanceLogitsProcessor:
         first_mask: FirstMask | None = None,
     ) -> None:
         """Constrain ``client_id`` with ``matcher``, a fresh copy of ``grammar`` (which a mask process
-        compiles a copy of its own from); ``first_mask``, the grammar's first, spares computing it."""
+        compiles a copy of its own from); ``first_mask``, the grammar's first, spares computing it.
+        Raises :class:`~backend.errors.Unavailable` if the matchers' process is down (it starts again)."""
         self._source.add(client_id, matcher, prompt_length, lane, grammar=grammar, first_mask=first_mask)
 
     def prepare(self, grammar: str) -> Callable[[], None]:

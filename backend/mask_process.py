@@ -273,9 +273,13 @@ class MaskProcess:
         first_mask: FirstMask | None = None,
     ) -> None:
         """``first_mask``: the grammar's first mask, which the request's first fill then writes here,
-        with no round trip to the child."""
+        with no round trip to the child. Raises :class:`Unavailable` while the child is down."""
         if grammar is None:
             raise ValueError("a mask process compiles its own matcher: it needs the grammar's text")
+        child = self._child
+        if not child.alive():  # (another one starts aside; its grammars are compiled there again)
+            self._died(child, EOFError("it exited"))
+            raise Unavailable("the constraint's mask process is starting again; retry shortly")
         self._known.add(client_id)
         if first_mask is not None:
             self._fresh[client_id] = first_mask

@@ -377,9 +377,13 @@ class Scheduler:
             assert waiting.grammar is not None  # submit() compiled it, or found it in the cache
             grammar = self._output_grammar(seq_id, request, waiting.grammar.matcher)
             copy, prompt_length = waiting.grammar, len(request.prompt_ids)
-            self._guidance.processor.add(
-                seq_id, copy.matcher, prompt_length, copy.lane, grammar=request.grammar, first_mask=copy.first_mask
-            )
+            try:
+                self._guidance.processor.add(
+                    seq_id, copy.matcher, prompt_length, copy.lane, grammar=request.grammar, first_mask=copy.first_mask
+                )
+            except Unavailable as exc:  # (a mask process starting again): this request only, before any output
+                deliver_failure(sink, exc)
+                return None
         seq = _Sequence(
             request,
             sink,

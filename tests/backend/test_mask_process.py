@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from backend.constraints import Guidance, GuidanceLogitsProcessor
+from backend.errors import Unavailable
 from backend.guidance_tokenizer import guidance_tokenizers
 from backend.mask_process import MaskProcess
 from backend.masking import CpuBitmaskApplier
@@ -178,6 +179,29 @@ def test_a_killed_mask_process_ends_only_its_requests_and_the_next_grammar_start
     finally:
         scheduler.shutdown()
         source.close()
+
+
+def test_a_constraint_that_arrives_while_the_mask_process_is_down_is_refused_as_unavailable(
+    loaded_model: Any, mask_process: MaskProcess
+) -> None:
+    """A retry is the answer (503), not a server error; another mask process then serves it."""
+    scheduler = scheduler_for(loaded_model, processor_for(loaded_model, mask_process))
+    try:
+        prompt = chat(loaded_model, "Name a colour.")
+        choice = grammar_for(GuideType.CHOICE, '["red", "blue"]')
+        (compiled,) = generate(scheduler, EngineRequest("compiled", prompt, 4, GREEDY, grammar=choice))
+        assert compiled.error is None
+        dead = mask_process.pid
+        os.kill(dead, signal.SIGKILL)
+        wait_until(lambda: not _alive(dead))
+        (refused,) = generate(scheduler, EngineRequest("refused", prompt, 4, GREEDY, grammar=choice))
+        assert isinstance(refused.error, Unavailable) and "mask process" in str(refused.error)
+        assert refused.outputs == []  # refused before any output
+        wait_until(lambda: mask_process.pid != dead)
+        (served,) = generate(scheduler, EngineRequest("served", prompt, 4, GREEDY, grammar=choice))
+        assert served.error is None and served.text in {"red", "blue"}
+    finally:
+        scheduler.shutdown()
 
 
 def test_the_mask_process_exits_with_the_engine(loaded_model: Any, tmp_path: Any) -> None:
