@@ -5,7 +5,9 @@ the same model in this process for the engine layer. At each concurrency (closed
 many clients, each sending its next request when the previous one ends), the same greedy chat
 requests, unconstrained and JSON-schema-constrained, go:
 
-- ``engine``: straight to :class:`GenerationService` in this process (no Triton, no HTTP);
+- ``engine``: straight to the engine's service (no Triton, no HTTP): in this process, or with
+  ``--engine-apart`` in a core process of its own, as the server runs it, so that this process's
+  client threads do not share the step loop's GIL;
 - ``triton``: through Triton's gRPC streaming API with ``tritonclient.grpc.aio``, as the proxy
   and any Triton client do;
 - ``proxy``: through the OpenAI API with the official ``openai`` SDK, streaming;
@@ -46,9 +48,9 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletionChunk
 
-from backend.assembly import start_torch_service
+from backend.contract import Service
+from backend.entry import start_service
 from backend.model_loader import checkpoint_path
-from backend.service import GenerationService
 from bench import process_cpu
 from bench.aiperf_layer import AiperfRun, hub_cache_tokenizer, prompts_file, run_aiperf
 from bench.jsonschemabench import SCHEMA
@@ -108,7 +110,7 @@ def generation(prompt: str, max_tokens: int, constrained: bool) -> wire.Generati
     )
 
 
-async def via_engine(service: GenerationService, request: wire.GenerationRequest, index: int) -> Timing:
+async def via_engine(service: Service, request: wire.GenerationRequest, index: int) -> Timing:
     timing = Timing()
     sink = RecordingSink(on_output=timing.observe)
     service.submit(request, f"engine-{index}", sink)
@@ -334,7 +336,8 @@ async def run(
     progress: Callable[[dict[str, Any]], None] = lambda results: None,
 ) -> dict[str, Any]:
     # The engine layer's sinks cost nothing to call: no response thread for it, in either mode.
-    service = start_torch_service(settings.model_copy(update={"coalesce_responses": False}))
+    apart = "on" if arguments.engine_apart else "off"
+    service = start_service(settings.model_copy(update={"coalesce_responses": False, "core_process": apart}))
     triton = TritonGenerationClient(f"127.0.0.1:{server.grpc_port}", "llm", timeout_s=600)
     proxy = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.proxy_port}/v1", api_key="unused", max_retries=0)
     model = (await proxy.models.list()).data[0].id
@@ -426,6 +429,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--core-process", choices=["auto", "on", "off"], default="auto", help="Triton's engine in a process of its own"
     )
+    parser.add_argument(
+        "--engine-apart",
+        action="store_true",
+        help="the engine layer's engine in a process of its own (else in this process, beside its clients)",
+    )
     parser.add_argument("--proxy-workers", type=int, default=1, help="the proxy's processes")
     parser.add_argument(
         "--triton-instances", type=int, default=1, help="python backend stubs (sharing one engine process)"
@@ -470,6 +478,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "kv_cache": arguments.kv_cache,
                 "max_model_len": arguments.max_model_len,
                 "core_process": arguments.core_process,
+                "engine_apart": arguments.engine_apart,
                 "proxy_workers": arguments.proxy_workers,
                 "triton_instances": arguments.triton_instances,
                 "date": time.strftime("%Y-%m-%d"),
