@@ -28,7 +28,10 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import pickle
+import queue
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -131,7 +134,13 @@ def _shared_dir() -> str | None:
 
 
 class _Child:
-    """One running child process: its connections, the masks it writes, and the replies it owes."""
+    """One running child process: its connections, the masks it writes, and the replies it owes.
+
+    The step loop never waits for the child to read (:meth:`post`): a wave of requests joining at 256
+    rows sends hundreds of kilobytes of grammars, more than the socket holds, while the child computes
+    a step. What the socket does not take at once is left to a writer thread, and what follows it
+    queues behind it, in order.
+    """
 
     def __init__(self, spec_of: Callable[[int], Spec], shared: SharedMasks) -> None:
         steps_here, steps_there = socket.socketpair()
@@ -140,12 +149,17 @@ class _Child:
         self.compiling: dict[int, Future[None]] = {}  # by key, the grammars sent to compile
         self.masks = shared.masks
         self.broken = False  # its step connection failed: it is replaced, whether or not it still runs
+        self.write_failed = False  # the writer could not send (the child is gone)
+        self._outgoing: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._queued = 0  # frames handed to the writer and not yet written
+        self._queue_lock = threading.Lock()
         try:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(entry for entry in sys.path if entry))
             ends = (steps_there.fileno(), compiles_there.fileno(), shared.fd)
             command = [this_python(), "-c", "from backend.mask_process import main; main()", *map(str, ends)]
             self.process = subprocess.Popen(command, pass_fds=ends, env=env)
-            self.steps = Connection(steps_here.detach())
+            self._socket = steps_here  # written to by post(); read through self.steps
+            self.steps = Connection(os.dup(steps_here.fileno()))
             self.compiles = Connection(compiles_here.detach())
             self.steps.send(spec_of(shared.offset))
             if not self.steps.poll(START_TIMEOUT_S):
@@ -154,19 +168,59 @@ class _Child:
             ready = self.steps.recv()
             if ready != "ready":
                 raise RuntimeError(f"the mask process could not start: {ready}")
+            self._writer = threading.Thread(target=self._write, name="llgtriton-mask-writer", daemon=True)
+            self._writer.start()
         except BaseException:
             steps_here.close()
             compiles_here.close()
+            if hasattr(self, "steps"):
+                self.steps.close()
             raise
         finally:
             steps_there.close()
             compiles_there.close()
 
     def alive(self) -> bool:
-        return not self.broken and self.process.poll() is None
+        return not self.broken and not self.write_failed and self.process.poll() is None
+
+    def post(self, message: object) -> None:
+        """Send ``message`` as far as the socket takes it now, the rest by the writer, in order; raises
+        :class:`OSError` once a write has failed. (Framed as :class:`Connection` frames it, which the
+        child reads with.)"""
+        if self.write_failed:
+            raise OSError("the mask process's socket failed")
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        frame = struct.pack("!i", len(payload)) + payload
+        with self._queue_lock:
+            if not self._queued:
+                try:
+                    sent = self._socket.send(frame, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                if sent == len(frame):
+                    return
+                frame = frame[sent:]
+            self._queued += 1
+            self._outgoing.put(frame)
+
+    def _write(self) -> None:
+        while (frame := self._outgoing.get()) is not None:
+            try:
+                self._socket.sendall(frame)
+            except OSError:  # the child is gone: the step loop finds out as it reads, or posts next
+                self.write_failed = True
+                return
+            with self._queue_lock:
+                self._queued -= 1
 
     def stop(self) -> None:
+        self._outgoing.put(None)
+        self._writer.join(1.0)
+        if self._writer.is_alive():  # a child that does not read (stopped, stuck): the kill ends the write
+            self.process.kill()
+            self._writer.join(5.0)
         self.steps.close()
+        self._socket.close()
         self.compiles.close()
         try:
             self.process.wait(5)
@@ -327,7 +381,7 @@ class MaskProcess:
         while child.awaiting:
             self.read_until(child.awaiting[-1])
         try:
-            child.steps.send(Accepting(client_id))
+            child.post(Accepting(client_id))
             return bool(child.steps.recv())
         except (OSError, EOFError) as exc:
             self._died(child, exc)
@@ -383,7 +437,7 @@ class MaskProcess:
     def _send(self, message: object) -> None:
         child = self._child
         try:
-            child.steps.send(message)
+            child.post(message)
         except (OSError, EOFError) as exc:
             self._died(child, exc)
 
@@ -393,7 +447,7 @@ class MaskProcess:
         try:
             if not child.alive():
                 raise EOFError("it exited")
-            child.steps.send(message)
+            child.post(message)
             child.awaiting.append(reply)
         except (OSError, EOFError) as exc:
             self._died(child, exc)

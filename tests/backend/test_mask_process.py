@@ -125,6 +125,29 @@ def test_a_joining_request_gets_its_first_mask_without_waiting_for_the_mask_proc
     check_masked_from_the_first_mask_on(processor, copy, grammar, width, 4000, first_step=stopped(mask_process.pid))
 
 
+def test_a_wave_of_joining_requests_never_waits_for_the_mask_process_to_read(
+    loaded_model: Any, mask_process: MaskProcess
+) -> None:
+    """Their grammars (here 64 of 200 kB) are more than the socket holds while the child is busy: the
+    step loop leaves what the socket does not take to a writer and goes on, and the child reads it
+    all, in order, once it runs again."""
+    processor = processor_for(loaded_model, mask_process)
+    grammars = Guidance.for_processor(processor).grammars
+    grammar = 'start: COLOUR\nCOLOUR: ("red" | "blue")\n// ' + "x" * 200_000 + "\n"
+    joining = range(5000, 5064)
+    with stopped(mask_process.pid):
+        for cid in joining:
+            copy = grammars.copy(grammar)
+            processor.add(cid, copy.matcher, 0, copy.lane, grammar=grammar, first_mask=copy.first_mask)
+    try:
+        assert not processor.is_accepting(joining[-1])  # (a round trip behind all of them)
+        width = loaded_model.model.config.vocab_size
+        check_masked_from_the_first_mask_on(processor, grammars.copy(grammar), grammar, width, 5100)
+    finally:
+        for cid in joining:
+            processor.remove(cid)
+
+
 @contextmanager
 def stopped(pid: int) -> Iterator[None]:
     """The process stopped for the block, which must end before a timer resumes it (20 s): it waited
