@@ -216,7 +216,7 @@ def test_a_constraint_that_arrives_while_the_mask_process_is_down_is_refused_as_
         assert compiled.error is None
         dead = mask_process.pid
         os.kill(dead, signal.SIGKILL)
-        wait_until(lambda: not _alive(dead))
+        wait_until(lambda: _exited(dead))
         (refused,) = generate(scheduler, EngineRequest("refused", prompt, 4, GREEDY, grammar=choice))
         assert isinstance(refused.error, Unavailable) and "mask process" in str(refused.error)
         assert refused.outputs == []  # refused before any output
@@ -262,6 +262,12 @@ def test_the_mask_process_exits_with_the_engine(loaded_model: Any, tmp_path: Any
         engine.wait()
         if engine.stdout is not None:
             engine.stdout.close()
+
+
+def _exited(child: int) -> bool:
+    """Whether this process's child has exited, every thread of it (until then, a killed process whose
+    threads are still ending shows as a zombie and cannot be waited for); it is left to be reaped."""
+    return os.waitid(os.P_PID, child, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def _alive(pid: int) -> bool:
