@@ -108,6 +108,21 @@ class GrammarCache:
         cached = self.cached_copy(grammar)
         if cached is not None:
             return cached
+        copy = self._compile_new(grammar, hand_out=True)
+        assert copy is not None
+        return copy
+
+    def ready(self, grammar: str) -> None:
+        """Have ``grammar`` compiled in the cache, handing out no copy (a mask process readies what its
+        engine is about to add, so that a grammar one request uses gets no spare); raises as :meth:`copy`."""
+        with self._lock:
+            if grammar in self._compiled:
+                self._compiled.move_to_end(grammar)
+                return
+        self._compile_new(grammar, hand_out=False)
+
+    def _compile_new(self, grammar: str, *, hand_out: bool) -> GrammarCopy | None:
+        """Compile and keep ``grammar``; with ``hand_out``, a copy of it (lane 0)."""
         try:
             template, first_mask = on_compile_thread(lambda: self._compile_probed(grammar))
         except GuideError as exc:
@@ -126,6 +141,8 @@ class GrammarCache:
             while len(self._compiled) > self._capacity or (self._bytes > self._max_bytes and len(self._compiled) > 1):
                 dropped, entry = self._compiled.popitem(last=False)
                 self._bytes -= len(dropped) * len(entry.templates)
+            if not hand_out:
+                return None
             compiled.handed_out += 1
             return GrammarCopy(template.deep_copy(), 0, first_mask)
 
@@ -137,7 +154,8 @@ class GrammarCache:
         lanes = min(self.lanes, len(compiled.templates))
         lane = compiled.handed_out % lanes
         compiled.handed_out += 1
-        if len(compiled.templates) < self.lanes and not (compiled.spare_pending or compiled.spares_given_up):
+        spare_wanted = compiled.handed_out > 1 and len(compiled.templates) < self.lanes
+        if spare_wanted and not (compiled.spare_pending or compiled.spares_given_up):
             compiled.spare_pending = True
             self._spares.submit(self._add_spare, grammar, compiled)
         return GrammarCopy(compiled.templates[lane].deep_copy(), lane, compiled.first_mask)

@@ -509,7 +509,7 @@ def _serve_compiles(compiles: Connection, grammars: GrammarCache, lock: threadin
 
     def compile_one(request: Compile) -> None:
         try:
-            grammars.copy(request.grammar)
+            grammars.ready(request.grammar)
             answer = Compiled(request.key)
         except Exception as exc:
             if not isinstance(exc, BackendError):

@@ -309,6 +309,34 @@ def test_a_spare_that_fails_to_compile_leaves_the_grammar_on_the_lanes_it_has(
     assert copies[-1].matcher.consume_tokens(guidance.processor.tokenizer.tokenize_str('{"name": "A'))
 
 
+def test_a_grammar_readied_ahead_gets_a_spare_only_once_a_second_request_uses_it(
+    guidance: Guidance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mask process readies each grammar before its request is added: a schema one request uses is
+    compiled once there, not twice (a spare compile would hold one of the few compile slots)."""
+    compiles: list[str] = []
+
+    def counted(work: Any, *args: Any, **kwargs: Any) -> Any:
+        compiles.append(threading.current_thread().name)
+        return on_compile_thread(work, *args, **kwargs)
+
+    monkeypatch.setattr("backend.grammar_cache.on_compile_thread", counted)
+    cache = GrammarCache(guidance.processor.tokenizer, lanes=2)
+    grammar = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
+    cache.ready(grammar)
+    cache.ready(grammar)  # (readied again: already compiled)
+    first = cache.cached_copy(grammar)
+    time.sleep(1.0)  # a spare would be compiling by now
+    assert first is not None and len(compiles) == 1
+    copies = [cache.cached_copy(grammar)]  # a second request: its grammar gets a spare, aside
+    deadline = time.monotonic() + 60
+    while {copy.lane for copy in copies if copy is not None} != {0, 1} and time.monotonic() < deadline:
+        copies.append(cache.cached_copy(grammar))
+        time.sleep(0.01)
+    assert {copy.lane for copy in copies if copy is not None} == {0, 1}
+    assert len(compiles) == 2 and compiles[1].startswith("llgtriton-spare-compile")
+
+
 def test_rows_of_several_lanes_get_their_own_masks(loaded_model: Any, guidance: Guidance) -> None:
     """The parallel calls take rows lane by lane; each mask must still land in its own row."""
     processor = guidance.processor
