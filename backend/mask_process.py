@@ -35,6 +35,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -111,10 +112,12 @@ class Consume:
 
 @dataclass(frozen=True)
 class Masked:
-    """The ids whose masks were written, in row order, and every request's failure so far."""
+    """The ids whose masks were written, in row order, every request's failure so far, and how long
+    the child took to consume the tokens and compute the masks (seconds)."""
 
     client_ids: tuple[int, ...]
     failures: Mapping[int, str]
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -285,6 +288,7 @@ class MaskProcess:
         self.eos_only = eos_only_mask(vocab_size, eos_token_ids)
         self._known: set[int] = set()
         self._fresh: dict[int, FirstMask] = {}  # the first mask of requests that have consumed no token
+        self.compute_seconds = 0.0  # the children's time consuming tokens and computing masks, all told
         self._failures: dict[int, str] = {}
         self._lost: dict[int, str] = {}  # failures this side decided (the child died): kept over replies
         self._keys = itertools.count()
@@ -465,6 +469,7 @@ class MaskProcess:
                 self._died(child, exc)
                 continue
             waiting.receive(masked)
+            self.compute_seconds += masked.seconds
             self._failures = dict(masked.failures)
             self._failures.update(self._lost)
 
@@ -536,11 +541,13 @@ def _serve_steps(
             return  # the engine is gone
         try:
             if isinstance(message, Advance):
+                started = time.perf_counter()
                 written = table.advance(message.client_ids, message.tokens, masks)
-                steps.send(Masked(written, dict(table.failures)))
+                steps.send(Masked(written, dict(table.failures), time.perf_counter() - started))
             elif isinstance(message, Fill):
+                started = time.perf_counter()
                 table.fill(message.client_ids, masks, message.first)
-                steps.send(Masked(tuple(message.client_ids), dict(table.failures)))
+                steps.send(Masked(tuple(message.client_ids), dict(table.failures), time.perf_counter() - started))
             elif isinstance(message, Add):
                 _add(table, grammars, message, failed)
             elif isinstance(message, Remove):

@@ -49,6 +49,6 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob("log_*_*.txt")):
             head, cell = line.split(": {", 1)
             cell = json.loads("{" + cell)
             parts = cell.get("parts_ms_per_step", {})
-            wait = {k: round(v, 2) for k, v in parts.items() if "wait" in k or "fill" in k}
+            wait = {k: round(v, 2) for k, v in parts.items() if "wait" in k or "fill" in k or "compute" in k}
             print(path.stem, head.split("INFO")[-1].strip(), round(cell["tokens_per_s"]), cell["tbt_ms"]["p50"], wait)
 PY

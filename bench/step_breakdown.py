@@ -26,7 +26,8 @@ Per cell it reports tokens/s, TBT and TTFT p50, the step loop's milliseconds per
 its phases (the forward pass lands in whichever phase first waits for the GPU), and the mask
 worker's and the post-processor's own parts: consuming the sampled tokens, filling the masks,
 checking them, waiting for the worker, filling the masks of rows that joined this step, applying
-them. Outputs that end with ``stop`` are checked against their schema with ``jsonschema``.
+them; with the mask process, the child's own time consuming the tokens and computing the masks
+(``mask_process.compute``). Outputs that end with ``stop`` are checked against their schema with ``jsonschema``.
 
     python -m bench.step_breakdown --device cuda --random-model /tmp/model_llama --shape llama-3.2-1b \\
         --clients 64 128 256 --rounds 2 --out docs/results --name step_breakdown_h200
@@ -56,6 +57,7 @@ from backend.chat_template import ChatTemplate
 from backend.constraints import Guidance, GuidanceLogitsProcessor
 from backend.grammar_cache import GrammarCache, lanes_for
 from backend.guidance_tokenizer import PlainTextTokenizer
+from backend.mask_process import MaskProcess
 from backend.masking import bitmask_applier
 from backend.matcher_table import MatcherTable
 from backend.requests import EngineRequest, SamplingParams
@@ -119,7 +121,10 @@ def instrument(processor: GuidanceLogitsProcessor, parts: Parts, hand_off: threa
         setattr(processor, name, parts.timed(f"processor.{name}", getattr(processor, name)))
     source = processor._source  # a benchmark's instrument: the matchers' own calls, where they run
     setattr(source, "fill", parts.timed("matchers.fill", source.fill))  # noqa: B010 (this instance only)
-    if not isinstance(source, MatcherTable):  # in a mask process: its work is not timed from here
+    if isinstance(source, MaskProcess):  # its child's own time, as its replies report it
+        _time_mask_process(source, parts)
+        return _time_applier(processor, parts)
+    if not isinstance(source, MatcherTable):
         return _time_applier(processor, parts)
     # How long the worker waits, after the step loop hands it a step, before it runs (for the GIL,
     # which the step loop's thread holds while it delivers the tokens).
@@ -142,6 +147,19 @@ def instrument(processor: GuidanceLogitsProcessor, parts: Parts, hand_off: threa
     processor.prefetch = handing  # type: ignore[method-assign]
     setattr(source, "advance", starting)  # noqa: B010 (this instance only)
     _time_applier(processor, parts)
+
+
+def _time_mask_process(source: MaskProcess, parts: Parts) -> None:
+    """``mask_process.compute``: the child's time consuming tokens and computing masks, counted as each
+    step's tokens are sent (its replies to the steps before)."""
+    start, counted = source.start, [source.compute_seconds]
+
+    def starting(*args: Any, **kwargs: Any) -> Any:
+        parts.add("mask_process.compute", source.compute_seconds - counted[0])
+        counted[0] = source.compute_seconds
+        return start(*args, **kwargs)
+
+    setattr(source, "start", starting)  # noqa: B010 (this instance only)
 
 
 def _time_applier(processor: GuidanceLogitsProcessor, parts: Parts) -> None:

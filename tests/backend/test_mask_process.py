@@ -122,7 +122,9 @@ def test_a_joining_request_gets_its_first_mask_without_waiting_for_the_mask_proc
     grammar = grammar_for(GuideType.JSON_SCHEMA, json.dumps(PERSON))
     copy = Guidance.for_processor(processor).grammars.copy(grammar)
     width = loaded_model.model.config.vocab_size
+    computing = mask_process.compute_seconds
     check_masked_from_the_first_mask_on(processor, copy, grammar, width, 4000, first_step=stopped(mask_process.pid))
+    assert mask_process.compute_seconds > computing  # (the second step's mask, as the child reports its time)
 
 
 def test_a_wave_of_joining_requests_never_waits_for_the_mask_process_to_read(
