@@ -23,10 +23,8 @@ if [ ! -f /tmp/model_llama/tokenizer.json ]; then
 fi
 VARIANTS=${VARIANTS:-off on}
 ROOT=$PWD
-if [[ " $VARIANTS " == *" old "* ]]; then
-    rm -rf /tmp/old && mkdir /tmp/old && cp -r $(ls -A | grep -v -e '^device_carry$' -e '^.git$') /tmp/old/
-    ln -s "$ROOT/device_carry" /tmp/old/device_carry && cp -r device_carry/overlay/. /tmp/old/
-fi
+source bench/gpu_carried.sh
+[[ " $VARIANTS " == *" old "* ]] && old_build
 for round in ${ROUND:-$(seq 1 "$ROUNDS")}; do
     order=$VARIANTS && [ $((round % 2)) = 0 ] && order=$(echo "$VARIANTS" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i}')
     for variant in $order; do

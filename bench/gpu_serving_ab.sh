@@ -11,8 +11,7 @@ ORDER=${ORDER:-old new}
 mkdir -p "$OUT"
 ROOT=$PWD
 source bench/gpu_serving_env.sh > "$OUT/setup.txt" 2>&1
-rm -rf /tmp/old && mkdir /tmp/old && cp -r $(ls -A | grep -v -e '^device_carry$' -e '^.git$') /tmp/old/
-ln -s "$ROOT/device_carry" /tmp/old/device_carry && cp -r device_carry/overlay/. /tmp/old/
+old_build  # (bench/gpu_carried.sh, sourced by gpu_serving_env.sh)
 PURELIB=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 for build in $ORDER; do
     dir=$ROOT && [ "$build" = old ] && dir=/tmp/old
