@@ -29,11 +29,11 @@ import torch
 from llguidance import LLMatcher, LLTokenizer
 
 from backend.cpu_cores import usable_cores
-from backend.grammar_cache import FirstMask, GrammarCache, lanes_for
+from backend.grammar_cache import GrammarCache, lanes_for
 from backend.guidance_tokenizer import PlainTextTokenizer, guidance_tokenizers
 from backend.mask_process import MaskProcess
 from backend.masking import BitmaskApplier, CpuBitmaskApplier
-from backend.matcher_table import Bitmask, MatcherTable
+from backend.matcher_table import Bitmask, FirstMask, MatcherTable
 from llgtriton.guides import short
 
 logger = logging.getLogger(__name__)

@@ -17,18 +17,15 @@ from dataclasses import dataclass
 import llguidance
 import llguidance.numpy  # not llguidance.torch: importing it runs torch.compile (slow, and warns)
 import numpy as np
-import numpy.typing as npt
 from llguidance import LLMatcher, LLTokenizer
 
 from backend.cpu_cores import usable_cores
 from backend.errors import InvalidConstraint, Unavailable
 from backend.guidance_tokenizer import PlainTextTokenizer
+from backend.matcher_table import FirstMask
 from llgtriton.guides import CompilerBusy, GuideError, llguidance_panics_refused, on_compile_thread, short
 
 logger = logging.getLogger(__name__)
-
-
-FirstMask = npt.NDArray[np.int32]  # one bitmask row: the tokens a fresh copy of a grammar allows first
 
 
 @dataclass(frozen=True)

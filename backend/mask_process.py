@@ -46,10 +46,10 @@ from typing import Any
 from llguidance import LLMatcher
 
 from backend.errors import BackendError, Unavailable, error_kind, error_of_kind
-from backend.grammar_cache import FirstMask, GrammarCache, lanes_for
+from backend.grammar_cache import GrammarCache, lanes_for
 from backend.guidance_tokenizer import guidance_tokenizers
 from backend.interpreter import this_python
-from backend.matcher_table import Bitmask, MatcherTable, eos_only_mask, mask_words
+from backend.matcher_table import Bitmask, FirstMask, MatcherTable, eos_only_mask, mask_words
 from backend.shared_masks import SharedMasks, map_shared_masks, own_shared_masks
 from llgtriton.wire import ErrorKind
 
@@ -539,13 +539,12 @@ def _serve_steps(
             message = steps.recv()
         except (OSError, EOFError):
             return  # the engine is gone
+        started = time.perf_counter()
         try:
             if isinstance(message, Advance):
-                started = time.perf_counter()
                 written = table.advance(message.client_ids, message.tokens, masks)
                 steps.send(Masked(written, dict(table.failures), time.perf_counter() - started))
             elif isinstance(message, Fill):
-                started = time.perf_counter()
                 table.fill(message.client_ids, masks, message.first)
                 steps.send(Masked(tuple(message.client_ids), dict(table.failures), time.perf_counter() - started))
             elif isinstance(message, Add):

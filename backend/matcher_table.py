@@ -24,6 +24,7 @@ from llgtriton.guides import short
 logger = logging.getLogger(__name__)
 
 Bitmask = npt.NDArray[np.int32]  # [rows, words]: bit t of a row set where token t is allowed
+FirstMask = npt.NDArray[np.int32]  # one row of it: the tokens a fresh copy of a grammar allows first
 
 
 @dataclass(eq=False)
@@ -33,7 +34,7 @@ class _MatcherState:
     consumed: int  # how many of the request's tokens (prompt included) the matcher has seen
     lane: int = 0  # its template's lane: the parallel calls take rows lane by lane
     error: str | None = None
-    first_mask: npt.NDArray[np.int32] | None = None  # its grammar's first mask, until it consumes a token
+    first_mask: FirstMask | None = None  # its grammar's first mask, until it consumes a token
 
 
 def mask_words(vocab_size: int) -> int:
@@ -79,7 +80,7 @@ class MatcherTable:
         lane: int = 0,
         *,
         grammar: str | None = None,
-        first_mask: npt.NDArray[np.int32] | None = None,
+        first_mask: FirstMask | None = None,
     ) -> None:
         """``first_mask``: the mask a fresh copy of ``matcher``'s grammar starts with, which its first
         fill copies instead of computing. ``grammar`` (the text ``matcher`` was compiled from) is not
