@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -90,7 +91,7 @@ async def via_proxy_raw(pool: RawSsePool, request: bytes, index: int) -> Trace:
     return trace
 
 
-async def closed_loop(send: Send, concurrency: int, seconds: float) -> dict[str, float]:
+async def closed_loop(send: Send, concurrency: int, seconds: float, tokens: int) -> dict[str, float]:
     traces: list[Trace] = []
     failures: list[str] = []
     deadline = time.perf_counter() + seconds
@@ -107,6 +108,7 @@ async def closed_loop(send: Send, concurrency: int, seconds: float) -> dict[str,
     await asyncio.gather(*(client() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
     latencies = sorted(trace.chunks[-1] for trace in traces if trace.chunks)
+    gaps = [later - earlier for trace in traces for earlier, later in itertools.pairwise(trace.chunks)]
     if failures:
         logger.warning("%d requests failed: %s", len(failures), sorted(set(failures)))
     return {
@@ -115,6 +117,8 @@ async def closed_loop(send: Send, concurrency: int, seconds: float) -> dict[str,
         "requests_per_s": len(traces) / elapsed,
         "chunks_per_s": sum(len(trace.chunks) for trace in traces) / elapsed,
         "chunks_per_request": statistics.mean(len(trace.chunks) for trace in traces),
+        "tokens_per_s": len(traces) * tokens / elapsed,  # every request ends with all its tokens
+        "chunk_gap_ms_p50": statistics.median(gaps) * 1e3 if gaps else 0.0,
         "latency_ms_p50": statistics.median(latencies) * 1e3,
         "latency_ms_p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3,
         "first_chunk_ms_p50": statistics.median(trace.chunks[0] for trace in traces if trace.chunks) * 1e3,
@@ -149,17 +153,23 @@ async def run(arguments: argparse.Namespace, proxy_port: int, grpc_port: int) ->
 
     async def timed(name: str, concurrency: int, seconds: float) -> dict[str, float]:
         if name == "direct":
-            return await closed_loop(lambda i: via_triton(triton, arguments.max_tokens, i), concurrency, seconds)
+            return await closed_loop(
+                lambda i: via_triton(triton, arguments.max_tokens, i), concurrency, seconds, arguments.max_tokens
+            )
         if arguments.client == "raw":
             pool = RawSsePool("127.0.0.1", proxy_port)  # fresh connections per timed run, as below
             body = {"model": model, "prompt": PROMPT, "max_tokens": arguments.max_tokens, "stream": True}
             request = pool.request("/v1/completions", body)
             try:
-                return await closed_loop(lambda i: via_proxy_raw(pool, request, i), concurrency, seconds)
+                return await closed_loop(
+                    lambda i: via_proxy_raw(pool, request, i), concurrency, seconds, arguments.max_tokens
+                )
             finally:
                 pool.close()
         async with proxy_client(proxy_url) as http:
-            return await closed_loop(lambda i: via_proxy(http, model, arguments.max_tokens, i), concurrency, seconds)
+            return await closed_loop(
+                lambda i: via_proxy(http, model, arguments.max_tokens, i), concurrency, seconds, arguments.max_tokens
+            )
 
     layers = ("direct", "proxy")
     results: dict[str, Any] = {}
@@ -187,7 +197,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256])
     parser.add_argument("--seconds", type=float, default=10.0, help="per layer, concurrency and round")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per concurrency, alternating the order")
-    parser.add_argument("--max-tokens", type=int, default=64, help="chunks per request")
+    parser.add_argument(
+        "--max-tokens", type=int, default=64, help="tokens per request (a joined response carries several)"
+    )
     parser.add_argument(
         "--instances",
         type=int,
@@ -207,6 +219,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="raw",
         help="the proxy's client: raw (bench.raw_http, next to no cost) or httpx (the OpenAI SDK's)",
     )
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=256,
+        help="requests the synthetic engine streams at once, a token to each per step (the rest wait)",
+    )
+    parser.add_argument(
+        "--core-process",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="the synthetic engine in a process of its own, shared by the stubs, as the server runs the "
+        "GPU engine (auto: in each stub)",
+    )
+    parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="the synthetic engine's least time a step (--engine-synthetic-step-ms; 0: the layers' ceiling)",
+    )
+    parser.add_argument(
+        "--no-coalesce",
+        action="store_true",
+        help="one response per token (--no-engine-coalesce-responses), to see what joining a request's "
+        "pending tokens does",
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/results/proxy_overhead.json"))
     arguments = parser.parse_args(argv)
     quiet_logging()
@@ -215,6 +252,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--engine-engine=synthetic",
         f"--triton-instances={arguments.instances}",
         f"--proxy-workers={arguments.proxy_workers}",
+        f"--engine-max-batch-size={arguments.max_batch_size}",
+        f"--engine-core-process={arguments.core_process}",
+        f"--engine-synthetic-step-ms={arguments.step_ms}",
+        "--no-engine-coalesce-responses" if arguments.no_coalesce else "--engine-coalesce-responses",
     ]
     with running_server(arguments.out.parent, "proxy_overhead", *flags) as server:
         results = asyncio.run(run(arguments, server.proxy_port, server.grpc_port))
@@ -225,6 +266,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "client": arguments.client,
         "triton_instances": arguments.instances,
         "proxy_workers": arguments.proxy_workers,
+        "max_batch_size": arguments.max_batch_size,
+        "core_process": arguments.core_process,
+        "coalesce_responses": not arguments.no_coalesce,
+        "step_ms": arguments.step_ms,
         "cores": os.cpu_count(),
         "results": results,
     }
