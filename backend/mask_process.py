@@ -4,8 +4,9 @@ In the engine's process the mask worker's calls into llguidance take the GIL bac
 while the step loop delivers a step's tokens, and at 256 rows each waits 1 to 3 ms for it
 (``docs/benchmarks.md``, issue 51). Here the matchers live in a child process with a GIL of its own:
 :class:`MaskProcess` is the :class:`~backend.constraints.MaskSource` the engine's processor talks
-to, and :func:`main` the child's loop, one :class:`~backend.matcher_table.MatcherTable` and one
-:class:`~backend.grammar_cache.GrammarCache` of its own.
+to; the child (``backend.mask_child``) keeps one :class:`~backend.matcher_table.MatcherTable` and one
+:class:`~backend.grammar_cache.GrammarCache` of its own; the messages between them are
+``backend.mask_messages``.
 
 - Two socket pairs: ``steps`` carries the step loop's messages in order (a request's constraint,
   its end, a step's tokens, a fill) and the replies to the three that want one; ``compiles`` carries
@@ -35,101 +36,23 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import Any
 
 from llguidance import LLMatcher
 
-from backend.errors import BackendError, Unavailable, error_kind, error_of_kind
-from backend.grammar_cache import GrammarCache, lanes_for
-from backend.guidance_tokenizer import guidance_tokenizers
+from backend.errors import Unavailable, error_of_kind
 from backend.interpreter import this_python
-from backend.matcher_table import Bitmask, FirstMask, MatcherTable, eos_only_mask, mask_words
-from backend.shared_masks import SharedMasks, map_shared_masks, own_shared_masks
-from llgtriton.wire import ErrorKind
+from backend.mask_messages import Accepting, Add, Advance, Compile, Consume, Fill, Masked, Remove, Spec
+from backend.matcher_table import Bitmask, FirstMask, eos_only_mask, mask_words
+from backend.shared_masks import SharedMasks, own_shared_masks
 
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0
-_COMPILE_THREADS = 4
-
-
-@dataclass(frozen=True)
-class Spec:
-    """What the child builds its tokenizers and table from."""
-
-    hf_tokenizer: Any
-    vocab_size: int
-    eos_token_ids: tuple[int, ...]
-    mask_threads: int
-    rows: int
-    masks_offset: int  # bytes into the shared file (its descriptor is the child's third argument)
-
-
-@dataclass(frozen=True)
-class Add:
-    client_id: int
-    grammar: str
-    prompt_length: int
-
-
-@dataclass(frozen=True)
-class Remove:
-    client_id: int
-
-
-@dataclass(frozen=True)
-class Advance:
-    """Each request consumes its token; the next masks go to rows 0.. (answered with :class:`Masked`)."""
-
-    client_ids: Sequence[int]
-    tokens: Sequence[int]
-
-
-@dataclass(frozen=True)
-class Fill:
-    """The next masks of ``client_ids`` into rows ``first``.. (answered with :class:`Masked`)."""
-
-    client_ids: Sequence[int]
-    first: int
-
-
-@dataclass(frozen=True)
-class Accepting:
-    client_id: int
-
-
-@dataclass(frozen=True)
-class Consume:
-    client_id: int
-    tokens: Sequence[int]
-
-
-@dataclass(frozen=True)
-class Masked:
-    """The ids whose masks were written, in row order, every request's failure so far, and how long
-    the child took to consume the tokens and compute the masks (seconds)."""
-
-    client_ids: tuple[int, ...]
-    failures: Mapping[int, str]
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class Compile:
-    key: int
-    grammar: str
-
-
-@dataclass(frozen=True)
-class Compiled:
-    key: int
-    error: tuple[ErrorKind, str] | None = None
 
 
 def _shared_dir() -> str | None:
@@ -159,7 +82,7 @@ class _Child:
         try:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(entry for entry in sys.path if entry))
             ends = (steps_there.fileno(), compiles_there.fileno(), shared.fd)
-            command = [this_python(), "-c", "from backend.mask_process import main; main()", *map(str, ends)]
+            command = [this_python(), "-c", "from backend.mask_child import main; main()", *map(str, ends)]
             self.process = subprocess.Popen(command, pass_fds=ends, env=env)
             self._socket = steps_here  # written to by post(); read through self.steps
             self.steps = Connection(os.dup(steps_here.fileno()))
@@ -504,101 +427,3 @@ class MaskProcess:
             owed, child.compiling = list(child.compiling.values()), {}
         for done in owed:
             done.set_exception(Unavailable("the constraint's mask process exited"))
-
-
-# -- the child ------------------------------------------------------------------------------
-
-
-def _serve_compiles(compiles: Connection, grammars: GrammarCache, lock: threading.Lock) -> None:
-    pool = ThreadPoolExecutor(max_workers=_COMPILE_THREADS, thread_name_prefix="llgtriton-mask-compile")
-
-    def compile_one(request: Compile) -> None:
-        try:
-            grammars.ready(request.grammar)
-            answer = Compiled(request.key)
-        except Exception as exc:
-            if not isinstance(exc, BackendError):
-                logger.exception("compiling a grammar in the mask process failed")
-            answer = Compiled(request.key, (error_kind(exc), str(exc)))
-        with lock:
-            compiles.send(answer)
-
-    while True:
-        try:
-            request = compiles.recv()
-        except (OSError, EOFError):
-            return
-        pool.submit(compile_one, request)
-
-
-def _serve_steps(
-    steps: Connection, table: MatcherTable, grammars: GrammarCache, masks: Bitmask, failed: LLMatcher
-) -> None:
-    while True:
-        try:
-            message = steps.recv()
-        except (OSError, EOFError):
-            return  # the engine is gone
-        started = time.perf_counter()
-        try:
-            if isinstance(message, Advance):
-                written = table.advance(message.client_ids, message.tokens, masks)
-                steps.send(Masked(written, dict(table.failures), time.perf_counter() - started))
-            elif isinstance(message, Fill):
-                table.fill(message.client_ids, masks, message.first)
-                steps.send(Masked(tuple(message.client_ids), dict(table.failures), time.perf_counter() - started))
-            elif isinstance(message, Add):
-                _add(table, grammars, message, failed)
-            elif isinstance(message, Remove):
-                table.remove(message.client_id)
-            elif isinstance(message, Accepting):
-                steps.send(table.is_accepting(message.client_id))
-            elif isinstance(message, Consume):
-                table.consume(message.client_id, message.tokens)
-            else:
-                logger.error("the mask process got an unknown message: %r", message)
-        except (OSError, EOFError):
-            return
-        except Exception as exc:  # a bug: its requests end, every other request goes on
-            logger.exception("the mask process failed on %s", type(message).__name__)
-            if isinstance(message, Advance | Fill):
-                first = message.first if isinstance(message, Fill) else 0
-                for cid in message.client_ids:
-                    table.fail(cid, f"computing the token masks failed: {exc}")
-                masks[first : first + len(message.client_ids)] = table.eos_only
-                steps.send(Masked(tuple(message.client_ids), dict(table.failures)))
-
-
-def _add(table: MatcherTable, grammars: GrammarCache, message: Add, failed: LLMatcher) -> None:
-    """Its matcher from the cache (``prepare`` compiled it); compiled here if the cache let it go since.
-    A grammar that fails now still gets a row, an EOS-only one, so that rows keep their order."""
-    try:
-        copy = grammars.cached_copy(message.grammar) or grammars.copy(message.grammar)
-    except Exception as exc:
-        table.add(message.client_id, failed, message.prompt_length)
-        table.fail(message.client_id, f"compiling the constraint in the mask process failed: {exc}")
-        return
-    table.add(message.client_id, copy.matcher, message.prompt_length, copy.lane, first_mask=copy.first_mask)
-
-
-def main() -> None:
-    """The child: ``sys.argv`` holds its two sockets' descriptors. (Started by importing this module,
-    not as ``__main__``, so that the messages it pickles name their classes here.)"""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s mask-process %(levelname)s %(message)s")
-    steps = Connection(int(sys.argv[1]))
-    compiles = Connection(int(sys.argv[2]))
-    shared_fd = int(sys.argv[3])
-    try:
-        spec: Spec = steps.recv()
-        tokenizers = guidance_tokenizers(spec.hf_tokenizer, spec.vocab_size, spec.eos_token_ids)
-        table = MatcherTable(tokenizers.text, spec.mask_threads)
-        grammars = GrammarCache(tokenizers.text, lanes=lanes_for(spec.mask_threads), plain_tokenizer=tokenizers.plain)
-        masks = map_shared_masks(shared_fd, spec.masks_offset, spec.rows, mask_words(spec.vocab_size))
-        failed = LLMatcher(tokenizers.text, "%% not a grammar", log_level=0)  # stands in for one that failed
-    except Exception as exc:
-        logger.exception("the mask process could not start")
-        steps.send(f"{type(exc).__name__}: {exc}")
-        return
-    steps.send("ready")
-    threading.Thread(target=_serve_compiles, args=(compiles, grammars, threading.Lock()), daemon=True).start()
-    _serve_steps(steps, table, grammars, masks, failed)
