@@ -49,6 +49,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from backend.contract import Service
+from backend.core_server import STATUS_INTERVAL_S
 from backend.entry import start_service
 from backend.model_loader import checkpoint_path
 from bench import process_cpu
@@ -350,7 +351,10 @@ async def run(
     external = external_layers(arguments, settings, server, model)
     cpu = process_cpu.CpuRecorder(server.pid)
     cpu.start()
-    engine_steps, triton_steps = StepRecorder(service.step_counters.totals), StepRecorder.of_triton(server.metrics_port)
+    # A core process apart reports its step totals every STATUS_INTERVAL_S: read them that much later.
+    lag = STATUS_INTERVAL_S if arguments.engine_apart else 0.0
+    engine_steps = StepRecorder(service.step_counters.totals, lag_s=lag)
+    triton_steps = StepRecorder.of_triton(server.metrics_port)
     engine_steps.start()
     triton_steps.start()
     results: dict[str, Any] = {}
