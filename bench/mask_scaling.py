@@ -18,6 +18,7 @@ import logging
 import lzma
 import multiprocessing
 import random
+import resource
 import shutil
 import tempfile
 import time
@@ -46,6 +47,7 @@ class Walk:
     steps: int
     consume_ms_per_step: float
     fill_ms_per_step: float
+    cpu_per_wall: float  # the process's CPU time over the parallel calls' wall time: the threads at work
 
 
 def _tokenizer(folder: Path) -> tuple[LLTokenizer, int]:
@@ -74,23 +76,30 @@ def walk(folder: Path, rows: int, threads: int, steps: int, *, seed: int, start:
     executor = LLExecutor(num_threads=threads)
     rng = random.Random(seed)
     llguidance.numpy.fill_next_token_bitmask_par(executor, [(m, i) for i, m in enumerate(matchers)], masks)
-    consume = fill = 0.0
+    consume = fill = cpu = 0.0
     start()
     for _ in range(steps):
         tokens = []
         for row in range(rows):
             allowed = np.flatnonzero(np.unpackbits(masks[row].view(np.uint8), bitorder="little")[:vocab])
             tokens.append(int(allowed[rng.randrange(len(allowed))]))
-        started = time.perf_counter()
+        started, used = time.perf_counter(), _cpu_seconds()
         llguidance.numpy.consume_token_par(executor, list(zip(matchers, tokens, strict=True)))
         consume += time.perf_counter() - started
+        cpu += _cpu_seconds() - used
         for row, matcher in enumerate(matchers):  # a finished walk starts again
             if matcher.is_accepting() or matcher.is_error() or matcher.is_stopped():
                 matchers[row] = LLMatcher(tokenizer, grammar, log_level=0)
-        started = time.perf_counter()
+        started, used = time.perf_counter(), _cpu_seconds()
         llguidance.numpy.fill_next_token_bitmask_par(executor, [(m, i) for i, m in enumerate(matchers)], masks)
         fill += time.perf_counter() - started
-    return Walk(rows, threads, steps, consume / steps * 1e3, fill / steps * 1e3)
+        cpu += _cpu_seconds() - used
+    return Walk(rows, threads, steps, consume / steps * 1e3, fill / steps * 1e3, cpu / (consume + fill))
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv: Sequence[str] | None = None) -> None:
