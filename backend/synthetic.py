@@ -3,11 +3,11 @@
 It runs steps the way the real engine does, with nothing to compute: each step gives every running
 streamed request one token of a fixed word, as fast as one worker thread can send them (or no
 faster than one step in ``synthetic_step_ms``), up to ``max_batch_size`` requests at once (the rest
-wait in the queue). A request gets ``max_tokens``
-(default 16) tokens and finishes by length; one that is not streamed gets them in one response.
-Requests are checked and refused the way the real service refuses them. It never loads a model or a
-tokenizer, so a benchmark through it measures only framing, transport and serialisation: at 256
-clients, the streamed tokens per second the layers can carry.
+wait in the queue). A request gets ``max_tokens`` (default 16) tokens and finishes by length; one
+that is not streamed gets them in one response. Requests are checked and refused the way the real
+service refuses them. It never loads a model or a tokenizer, so a benchmark through it measures
+only framing, transport and serialisation: at 256 clients, the streamed tokens per second the
+layers can carry.
 """
 
 from __future__ import annotations
@@ -88,7 +88,10 @@ class SyntheticService:
             if (left := step_ends - time.perf_counter()) > 0:
                 time.sleep(left)
         for stream in streams:  # shutting down: the running requests end with an error, not silence
-            stream.job.sink.fail(Unavailable("the synthetic engine has stopped"))
+            try:
+                stream.job.sink.fail(Unavailable("the synthetic engine has stopped"))
+            except Exception:
+                logger.exception("a synthetic request could not be ended")
 
     def _admit(self, streams: list[_Stream]) -> bool:
         """Move waiting requests into ``streams`` up to the batch size (waiting for one when none
