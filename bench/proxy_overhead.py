@@ -1,9 +1,9 @@
 """What the proxy adds on top of Triton, with an engine so fast that the layers above it dominate.
 
 Starts ``llgtriton serve --engine-engine synthetic``: the real tritonserver and python backend,
-whose engine loads no model and streams ``--max-tokens`` tokens per request as fast as it can
-send them. At each concurrency (closed loop: that many clients, each sending its next request when
-the previous one ends) the same streaming requests go, alternately:
+whose engine loads no model and streams ``--max-tokens`` tokens to every running request a step,
+as fast as it can send them. At each concurrency (closed loop: that many clients, each sending its
+next request when the previous one ends) the same streaming requests go, alternately:
 
 - ``direct``: straight to Triton over gRPC with ``tritonclient.grpc.aio`` (the proxy's own client,
   with the shared wire codec);
@@ -11,13 +11,16 @@ the previous one ends) the same streaming requests go, alternately:
   near-free one of ``bench.raw_http`` (``--client httpx``: a lean ``httpx`` client), so the load
   generator's own cost does not land on the proxy's side.
 
-Reported per layer: requests/s, chunks/s, latency per request (send to last chunk) p50/p99 and
-time to first chunk p50; then what the proxy adds: p50 latency per request and per chunk, and
-its share of direct throughput.
+Reported per layer: requests/s, chunks/s, tokens/s, the gap between a request's chunks p50, latency
+per request (send to last chunk) p50/p99 and time to first chunk p50; then what the proxy adds: p50
+latency per request and per chunk, and its share of direct throughput.
 
     .venv/bin/python -m bench.proxy_overhead --concurrency 1 16 64 256 --seconds 10
     # on the GPU machine's 16 cores: eight stubs so Triton outruns one proxy process, and two of those
     python -m bench.proxy_overhead --instances 8 --proxy-workers 2 --concurrency 1 16 64 256 --seconds 6
+    # the layers' ceiling as the server runs (issue 50): two stubs sharing the engine's core process
+    python -m bench.proxy_overhead --instances 2 --proxy-workers 4 --core-process on --concurrency 1 256 \\
+        [--step-ms 4] [--no-coalesce]
 """
 
 from __future__ import annotations
