@@ -214,7 +214,7 @@ def test_a_stuck_engine_process_is_noticed_its_requests_fail_and_it_is_replaced(
 
 def _mask_processes_anywhere() -> list[int]:
     """Every running mask process on this machine (an orphan's parent is no longer an engine process)."""
-    return [pid for pid in _all_pids() if _running(pid) and b"backend.mask_process" in _command_line(pid)]
+    return [pid for pid in _all_pids() if _running(pid) and b"backend.mask_child" in _command_line(pid)]
 
 
 def _all_pids() -> list[int]:
@@ -231,7 +231,7 @@ def _command_line(pid: int) -> bytes:
 
 def _mask_processes(server: RunningServer) -> list[int]:
     """The engine processes' mask processes: one child of each."""
-    return [pid for core in _cores(server) for pid in live_children(core, "backend.mask_process")]
+    return [pid for core in _cores(server) for pid in live_children(core, "backend.mask_child")]
 
 
 def _constrained(client: openai.OpenAI, regex: str, max_tokens: int) -> Iterator[Any]:
