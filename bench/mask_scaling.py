@@ -15,12 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import lzma
 import multiprocessing
 import random
 import resource
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -34,6 +31,7 @@ from llguidance import LLExecutor, LLMatcher, LLTokenizer
 
 from backend.guidance_tokenizer import guidance_tokenizers
 from backend.matcher_table import mask_words
+from bench.grammar_backends import hf_tokenizer
 from bench.jsonschemabench import SCHEMA
 from llgtriton.guides import json_schema_grammar
 
@@ -52,15 +50,7 @@ class Walk:
 
 def _tokenizer(folder: Path) -> tuple[LLTokenizer, int]:
     """llguidance's tokenizer for ``folder`` (its ``tokenizer.json`` may be xz-compressed, as carried)."""
-    from transformers import AutoTokenizer
-
-    with tempfile.TemporaryDirectory() as scratch:
-        for path in folder.iterdir():
-            if path.name.endswith(".xz"):
-                (Path(scratch) / path.name[:-3]).write_bytes(lzma.decompress(path.read_bytes()))
-            elif path.is_file():
-                shutil.copy(path, scratch)
-        hf = AutoTokenizer.from_pretrained(scratch)
+    hf = hf_tokenizer(folder)
     vocab = len(hf)
     eos = [hf.eos_token_id] if hf.eos_token_id is not None else []
     tokenizers = guidance_tokenizers(hf, vocab, eos)
