@@ -253,9 +253,8 @@ class EngineSettings(_Section):
     synthetic_step_ms: float = Field(
         0.0,
         ge=0,
-        description="synthetic engine: the least time one step takes, as if a forward pass ran (an H200's "
-        "at 256 rows of a 1B model is about 4 ms). 0: a step takes only the sending, so the layers above "
-        "are measured at their own ceiling.",
+        description="synthetic engine: the least time one step takes, as if a forward pass ran. 0: a step "
+        "takes only the sending, so the layers above are measured at their own ceiling.",
     )
     coalesce_responses: bool = Field(
         True,
