@@ -98,6 +98,7 @@ def start_torch_service(settings: EngineSettings) -> GenerationService:
         settings.max_batch_size,
         applier=bitmask_applier(device, engine.vocab_size, settings.max_batch_size, shared=mask_process),
         mask_process=mask_process,
+        mask_processes=settings.mask_processes,
     )
     scheduler = Scheduler(
         engine,

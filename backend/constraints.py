@@ -164,16 +164,21 @@ class GuidanceLogitsProcessor:
         applier: BitmaskApplier | None = None,
         mask_threads: int | None = None,
         mask_process: bool = False,
+        mask_processes: int = 1,
     ) -> GuidanceLogitsProcessor:
         """Build llguidance's tokenizers with the logits width and the engine's end-of-sequence tokens;
-        with ``mask_process`` the matchers live in a process of their own, which builds its own (give it
-        an applier whose host buffer is shared, ``bitmask_applier(..., shared=True)``, to spare a copy)."""
+        with ``mask_process`` the matchers live in ``mask_processes`` processes of their own, which build
+        their own (give them an applier whose host buffer is shared, ``bitmask_applier(..., shared=True)``,
+        to spare a copy)."""
         tokenizers = guidance_tokenizers(hf_tokenizer, vocab_size, eos_token_ids)
         threads = mask_threads or usable_cores()
         source = None
         if mask_process:  # (into the applier's own buffer if it is shared: no copy a step)
             shared = applier.shared_masks() if applier is not None else None
-            source = MaskProcess(hf_tokenizer, vocab_size, tuple(eos_token_ids), max_batch_size, threads, shared=shared)
+            eos = tuple(eos_token_ids)
+            source = MaskProcess(
+                hf_tokenizer, vocab_size, eos, max_batch_size, threads, processes=mask_processes, shared=shared
+            )
         return cls(
             tokenizers.text,
             vocab_size,

@@ -62,11 +62,11 @@ def _serve_steps(
         started = time.perf_counter()
         try:
             if isinstance(message, Advance):
-                written = table.advance(message.client_ids, message.tokens, masks)
-                steps.send(Masked(written, dict(table.failures), time.perf_counter() - started))
+                table.advance(message.client_ids, message.tokens, masks, message.rows)
+                steps.send(Masked(dict(table.failures), time.perf_counter() - started))
             elif isinstance(message, Fill):
-                table.fill(message.client_ids, masks, message.first)
-                steps.send(Masked(tuple(message.client_ids), dict(table.failures), time.perf_counter() - started))
+                table.fill_rows(message.client_ids, masks, message.rows)
+                steps.send(Masked(dict(table.failures), time.perf_counter() - started))
             elif isinstance(message, Add):
                 _add(table, grammars, message, failed)
             elif isinstance(message, Remove):
@@ -82,11 +82,10 @@ def _serve_steps(
         except Exception as exc:  # a bug: its requests end, every other request goes on
             logger.exception("the mask process failed on %s", type(message).__name__)
             if isinstance(message, Advance | Fill):
-                first = message.first if isinstance(message, Fill) else 0
                 for cid in message.client_ids:
                     table.fail(cid, f"computing the token masks failed: {exc}")
-                masks[first : first + len(message.client_ids)] = table.eos_only
-                steps.send(Masked(tuple(message.client_ids), dict(table.failures)))
+                masks[list(message.rows)] = table.eos_only
+                steps.send(Masked(dict(table.failures)))
 
 
 def _add(table: MatcherTable, grammars: GrammarCache, message: Add, failed: LLMatcher) -> None:

@@ -38,18 +38,20 @@ class Remove:
 
 @dataclass(frozen=True)
 class Advance:
-    """Each request consumes its token; the next masks go to rows 0.. (answered with :class:`Masked`)."""
+    """Each request consumes its token; its next mask goes to its row (answered with :class:`Masked`).
+    The rows are the step's, of which one child may own only some."""
 
     client_ids: Sequence[int]
     tokens: Sequence[int]
+    rows: Sequence[int]
 
 
 @dataclass(frozen=True)
 class Fill:
-    """The next masks of ``client_ids`` into rows ``first``.. (answered with :class:`Masked`)."""
+    """The next masks of ``client_ids`` into ``rows`` (answered with :class:`Masked`)."""
 
     client_ids: Sequence[int]
-    first: int
+    rows: Sequence[int]
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,9 @@ class Consume:
 
 @dataclass(frozen=True)
 class Masked:
-    """The ids whose masks were written, in row order, every request's failure so far, and how long
-    the child took to consume the tokens and compute the masks (seconds)."""
+    """The masks are written: every request's failure so far, and how long the child took to consume
+    the tokens and compute the masks (seconds)."""
 
-    client_ids: tuple[int, ...]
     failures: Mapping[int, str]
     seconds: float = 0.0
 

@@ -2,11 +2,16 @@
 
 In the engine's process the mask worker's calls into llguidance take the GIL back between calls
 while the step loop delivers a step's tokens, and at 256 rows each waits 1 to 3 ms for it
-(``docs/benchmarks.md``, issue 51). Here the matchers live in a child process with a GIL of its own:
-:class:`MaskProcess` is the :class:`~backend.constraints.MaskSource` the engine's processor talks
-to; the child (``backend.mask_child``) keeps one :class:`~backend.matcher_table.MatcherTable` and one
-:class:`~backend.grammar_cache.GrammarCache` of its own; the messages between them are
+(``docs/benchmarks.md``, issue 51). Here the matchers live in child processes with a GIL of their
+own: :class:`MaskProcess` is the :class:`~backend.constraints.MaskSource` the engine's processor
+talks to; each child (``backend.mask_child``) keeps one :class:`~backend.matcher_table.MatcherTable`
+and one :class:`~backend.grammar_cache.GrammarCache` of its own; the messages between them are
 ``backend.mask_messages``.
+
+- With several children each request is kept by one of them, and a step's rows are split among them:
+  llguidance's threads in one process do not compute new states side by side, separate processes do
+  (``bench/mask_scaling.py``). A request goes where its grammar is compiled already, unless that
+  child has many more requests than the least busy one.
 
 - Two socket pairs: ``steps`` carries the step loop's messages in order (a request's constraint,
   its end, a step's tokens, a fill) and the replies to the three that want one; ``compiles`` carries
@@ -15,13 +20,10 @@ to; the child (``backend.mask_child``) keeps one :class:`~backend.matcher_table.
   buffer when it shares it, so that nothing is copied; else a buffer of the child's, copied from.
 - The child's tokenizers are built from the Hugging Face tokenizer, pickled, so their masks are
   the engine's own.
-- If the child dies, every request it constrained ends with an error, the step loop goes on, and
-  another child starts aside (constrained requests that arrive meanwhile end with an error too).
+- If a child dies, every request it constrained ends with an error, the step loop goes on, and
+  another child starts aside (constrained requests that arrive meanwhile for it are refused).
   The child exits when the engine's end of ``steps`` closes, so an engine that is killed leaves no
   orphan behind.
-
-The child is started with :mod:`subprocess`, not :mod:`multiprocessing`: the engine core runs in a
-daemonic process, which multiprocessing does not let have children.
 """
 
 from __future__ import annotations
@@ -29,160 +31,43 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import pickle
-import queue
-import socket
-import struct
-import subprocess
-import sys
 import threading
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from multiprocessing.connection import Connection
 from typing import Any
 
 from llguidance import LLMatcher
 
 from backend.errors import Unavailable, error_of_kind
-from backend.interpreter import this_python
-from backend.mask_messages import Accepting, Add, Advance, Compile, Consume, Fill, Masked, Remove, Spec
+from backend.mask_child_link import ChildLink, RowsReply
+from backend.mask_messages import Accepting, Add, Advance, Compile, Consume, Fill, Remove, Spec
+from backend.mask_placement import Placement
 from backend.matcher_table import Bitmask, FirstMask, eos_only_mask, mask_words
 from backend.shared_masks import SharedMasks, own_shared_masks
 
 logger = logging.getLogger(__name__)
 
-START_TIMEOUT_S = 120.0
 
+class _StepMasks:
+    """A step's masks from every child that owns some of its rows (a :class:`~backend.constraints.PendingMasks`)."""
 
-def _shared_dir() -> str | None:
-    return "/dev/shm" if os.path.isdir("/dev/shm") else None
-
-
-class _Child:
-    """One running child process: its connections, the masks it writes, and the replies it owes.
-
-    The step loop never waits for the child to read (:meth:`post`): a wave of requests joining at 256
-    rows sends hundreds of kilobytes of grammars, more than the socket holds, while the child computes
-    a step. What the socket does not take at once is left to a writer thread, and what follows it
-    queues behind it, in order.
-    """
-
-    def __init__(self, spec_of: Callable[[int], Spec], shared: SharedMasks) -> None:
-        steps_here, steps_there = socket.socketpair()
-        compiles_here, compiles_there = socket.socketpair()
-        self.awaiting: deque[_Reply] = deque()
-        self.compiling: dict[int, Future[None]] = {}  # by key, the grammars sent to compile
-        self.masks = shared.masks
-        self.broken = False  # its step connection failed: it is replaced, whether or not it still runs
-        self.write_failed = False  # the writer could not send (the child is gone)
-        self._outgoing: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._queued = 0  # frames handed to the writer and not yet written
-        self._queue_lock = threading.Lock()
-        try:
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(entry for entry in sys.path if entry))
-            ends = (steps_there.fileno(), compiles_there.fileno(), shared.fd)
-            command = [this_python(), "-c", "from backend.mask_child import main; main()", *map(str, ends)]
-            self.process = subprocess.Popen(command, pass_fds=ends, env=env)
-            self._socket = steps_here  # written to by post(); read through self.steps
-            self.steps = Connection(os.dup(steps_here.fileno()))
-            self.compiles = Connection(compiles_here.detach())
-            self.steps.send(spec_of(shared.offset))
-            if not self.steps.poll(START_TIMEOUT_S):
-                self.process.kill()
-                raise RuntimeError(f"the mask process did not start within {START_TIMEOUT_S:.0f} s")
-            ready = self.steps.recv()
-            if ready != "ready":
-                raise RuntimeError(f"the mask process could not start: {ready}")
-            self._writer = threading.Thread(target=self._write, name="llgtriton-mask-writer", daemon=True)
-            self._writer.start()
-        except BaseException:
-            steps_here.close()
-            compiles_here.close()
-            if hasattr(self, "steps"):
-                self.steps.close()
-            raise
-        finally:
-            steps_there.close()
-            compiles_there.close()
-
-    def alive(self) -> bool:
-        return not self.broken and not self.write_failed and self.process.poll() is None
-
-    def post(self, message: object) -> None:
-        """Send ``message`` as far as the socket takes it now, the rest by the writer, in order; raises
-        :class:`OSError` once a write has failed. (Framed as :class:`Connection` frames it, which the
-        child reads with.)"""
-        if self.write_failed:
-            raise OSError("the mask process's socket failed")
-        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        frame = struct.pack("!i", len(payload)) + payload
-        with self._queue_lock:
-            if not self._queued:
-                try:
-                    sent = self._socket.send(frame, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    sent = 0
-                if sent == len(frame):
-                    return
-                frame = frame[sent:]
-            self._queued += 1
-            self._outgoing.put(frame)
-
-    def _write(self) -> None:
-        while (frame := self._outgoing.get()) is not None:
-            try:
-                self._socket.sendall(frame)
-            except OSError:  # the child is gone: the step loop finds out as it reads, or posts next
-                self.write_failed = True
-                return
-            with self._queue_lock:
-                self._queued -= 1
-
-    def stop(self) -> None:
-        self._outgoing.put(None)
-        self._writer.join(1.0)
-        if self._writer.is_alive():  # a child that does not read (stopped, stuck): the kill ends the write
-            self.process.kill()
-            self._writer.join(5.0)
-        self.steps.close()
-        self._socket.close()
-        self.compiles.close()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-
-
-class _Reply:
-    """A step's masks on their way back from ``child``: rows ``first``.. of ``masks`` once they are in."""
-
-    def __init__(self, owner: MaskProcess, child: _Child, masks: Bitmask, first: int) -> None:
+    def __init__(self, owner: MaskProcess, parts: Sequence[RowsReply], client_ids: tuple[int, ...]) -> None:
         self.owner = owner
-        self.child = child
-        self.masks = masks
-        self.first = first
-        self.client_ids: tuple[int, ...] | None = None
-
-    def receive(self, masked: Masked) -> None:
-        if self.masks.ctypes.data != self.child.masks.ctypes.data:  # (the applier's buffer is not the shared one)
-            rows = slice(self.first, self.first + len(masked.client_ids))
-            self.masks[rows] = self.child.masks[rows]
-        self.client_ids = masked.client_ids
-
-    def end_only(self, client_ids: Sequence[int]) -> None:
-        """No answer is coming (the child died): these rows may only end."""
-        self.masks[self.first : self.first + len(client_ids)] = self.owner.eos_only
-        self.client_ids = tuple(client_ids)
+        self.parts = parts
+        self.client_ids = client_ids
+        self._counted = False
 
     def result(self) -> tuple[int, ...]:
-        self.owner.read_until(self)
-        assert self.client_ids is not None
+        for part in self.parts:
+            self.owner.read_until(part)
+        if not self._counted and self.parts:  # the children work side by side: the slowest one's time
+            self._counted = True
+            self.owner.compute_seconds += max(part.seconds for part in self.parts)
         return self.client_ids
 
 
 class MaskProcess:
-    """The engine's side of the mask process (a :class:`~backend.constraints.MaskSource`).
+    """The engine's side of the mask processes (a :class:`~backend.constraints.MaskSource`).
 
     The step loop's calls (``add``, ``remove``, ``start``, ``fill``, ``is_accepting``, ``consume``)
     come from one thread at a time, as the processor makes them; ``prepare`` from the compile threads.
@@ -196,10 +81,14 @@ class MaskProcess:
         rows: int,
         mask_threads: int,
         *,
+        processes: int = 1,
         shared: SharedMasks | None = None,
     ) -> None:
-        """``shared``: the applier's host buffer, which the child then writes the masks into (else a
-        buffer of its own, copied from)."""
+        """``mask_threads``: llguidance's threads in all, shared out among ``processes`` children.
+        ``shared``: the applier's host buffer, which the children then write the masks into (else a
+        buffer of their own, copied from)."""
+        if processes < 1:
+            raise ValueError(f"a mask process needs at least one child, not {processes}")
         words = mask_words(vocab_size)
         if shared is not None and (shared.rows < rows or shared.words != words):
             raise ValueError(f"the shared masks are {shared.rows} x {shared.words} words, not {rows} x {words}")
@@ -207,27 +96,49 @@ class MaskProcess:
         if shared is None:
             shared = self._own = own_shared_masks(rows, words)
         self._shared = shared
-        self._spec = lambda offset: Spec(hf_tokenizer, vocab_size, eos_token_ids, mask_threads, rows, offset)
+        threads = max(1, mask_threads // processes)
+        self._spec = lambda offset: Spec(hf_tokenizer, vocab_size, eos_token_ids, threads, rows, offset)
         self.eos_only = eos_only_mask(vocab_size, eos_token_ids)
         self._known: set[int] = set()
+        self._owner: dict[int, ChildLink] = {}  # the child that keeps each request's matcher
         self._fresh: dict[int, FirstMask] = {}  # the first mask of requests that have consumed no token
         self.compute_seconds = 0.0  # the children's time consuming tokens and computing masks, all told
         self._failures: dict[int, str] = {}
         self._lost: dict[int, str] = {}  # failures this side decided (the child died): kept over replies
         self._keys = itertools.count()
+        self._placement: Placement[ChildLink] = Placement()
         self._lock = threading.Lock()  # starting a child, and the compiles waiting for it
         self._closed = False
-        self._child = self._start()
+        self._children = self._start(range(processes))
 
-    def _start(self) -> _Child:
-        child = _Child(self._spec, self._shared)
-        threading.Thread(target=self._read_compiles, args=(child,), name="llgtriton-mask-compiles", daemon=True).start()
-        logger.info("mask process %d ready", child.process.pid)
-        return child
+    def _start(self, indices: Sequence[int]) -> list[ChildLink]:
+        """Children at ``indices``, started side by side."""
+        children: list[ChildLink] = []
+        try:
+            for index in indices:
+                children.append(ChildLink(index, self._spec, self._shared))
+            for child in children:
+                child.wait_ready()
+        except BaseException:
+            for child in children:
+                child.process.kill()
+                child.stop()
+            raise
+        for child in children:
+            threading.Thread(
+                target=self._read_compiles, args=(child,), name="llgtriton-mask-compiles", daemon=True
+            ).start()
+            logger.info("mask process %d ready", child.process.pid)
+        return children
 
     @property
     def pid(self) -> int:
-        return self._child.process.pid
+        """The first child's process id."""
+        return self._children[0].process.pid
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(child.process.pid for child in self._children)
 
     @property
     def failures(self) -> Mapping[int, str]:
@@ -254,57 +165,98 @@ class MaskProcess:
         first_mask: FirstMask | None = None,
     ) -> None:
         """``first_mask``: the grammar's first mask, which the request's first fill then writes here,
-        with no round trip to the child. Raises :class:`Unavailable` while the child is down."""
+        with no round trip to the child. Raises :class:`Unavailable` while no child is up."""
         if grammar is None:
             raise ValueError("a mask process compiles its own matcher: it needs the grammar's text")
-        child = self._child
-        if not child.alive():  # (another one starts aside; its grammars are compiled there again)
-            self._died(child, EOFError("it exited"))
-            raise Unavailable("the constraint's mask process is starting again; retry shortly")
+        placement = self._placement
+        child = placement.claim(grammar)
+        if child is None or not child.alive():
+            child = placement.choose(self._children, grammar)
+            if not child.alive():  # (another one starts aside; its grammars are compiled there again)
+                self._died(child, EOFError("it exited"))
+                raise Unavailable("the constraint's mask process is starting again; retry shortly")
+            child.load += 1
+            placement.place(grammar, child)
         self._known.add(client_id)
+        self._owner[client_id] = child
         if first_mask is not None:
             self._fresh[client_id] = first_mask
-        self._send(Add(client_id, grammar, prompt_length))
+        self._send(child, Add(client_id, grammar, prompt_length))
 
     def remove(self, client_id: int) -> None:
         self._known.discard(client_id)
         self._fresh.pop(client_id, None)
         self._failures.pop(client_id, None)
         self._lost.pop(client_id, None)
-        self._send(Remove(client_id))
+        child = self._owner.pop(client_id, None)
+        if child is not None:
+            child.load -= 1
+            if not child.broken:
+                self._send(child, Remove(client_id))
 
     def fail(self, client_id: int, message: str) -> None:
         if client_id in self._known and client_id not in self._failures:
             self._lost[client_id] = message
             self._failures[client_id] = message
 
-    def start(self, client_ids: Sequence[int], tokens: Sequence[int], masks: Bitmask, *, on_worker: bool) -> _Reply:
-        """Send the step's tokens; the child consumes them and computes the masks whatever ``on_worker``."""
+    def start(self, client_ids: Sequence[int], tokens: Sequence[int], masks: Bitmask, *, on_worker: bool) -> _StepMasks:
+        """Send the step's tokens; the children consume them and compute the masks whatever ``on_worker``.
+        The masks go to rows 0.., the constrained requests' in step order."""
         fresh = self._fresh
         if fresh:
             for cid in client_ids:
                 fresh.pop(cid, None)
-        reply = _Reply(self, self._child, masks, 0)
-        self._ask(Advance(list(client_ids), list(tokens)), reply, self.known(client_ids))
-        return reply
+        owner = self._owner
+        ids: list[int] = []
+        shares: dict[ChildLink, tuple[list[int], list[int], list[int]]] = {}
+        for cid, token in zip(client_ids, tokens, strict=True):
+            child = owner.get(cid)
+            if child is None:
+                continue
+            share = shares.get(child)
+            if share is None:
+                share = shares[child] = ([], [], [])
+            share[0].append(cid)
+            share[1].append(token)
+            share[2].append(len(ids))
+            ids.append(cid)
+        parts = []
+        for child, (their_ids, their_tokens, rows) in shares.items():
+            their_rows = range(len(rows)) if len(shares) == 1 else rows
+            reply = RowsReply(child, masks, their_rows, self.eos_only)
+            self._ask(Advance(their_ids, their_tokens, their_rows), reply)
+            parts.append(reply)
+        return _StepMasks(self, parts, tuple(ids))
 
     def fill(self, client_ids: Sequence[int], masks: Bitmask, first: int) -> None:
         """Rows that join a step start with their grammar's first mask, written here when every one of
-        them has it (no round trip: the child's own copies start from the same mask); else the child
-        fills them all."""
+        them has it (no round trip: the children's own copies start from the same mask); else their
+        children fill them all."""
         fresh = self._fresh
         if all(cid in fresh for cid in client_ids):
             for row, cid in enumerate(client_ids, start=first):
                 masks[row] = fresh[cid] if cid not in self._failures else self.eos_only
             return
-        reply = _Reply(self, self._child, masks, first)
-        self._ask(Fill(list(client_ids), first), reply, client_ids)
-        reply.result()
+        shares: dict[ChildLink, tuple[list[int], list[int]]] = {}
+        for row, cid in enumerate(client_ids, start=first):
+            child = self._owner.get(cid)
+            if child is None:
+                masks[row] = self.eos_only
+                continue
+            share = shares.setdefault(child, ([], []))
+            share[0].append(cid)
+            share[1].append(row)
+        parts = []
+        for child, (their_ids, rows) in shares.items():
+            reply = RowsReply(child, masks, rows, self.eos_only)
+            self._ask(Fill(their_ids, rows), reply)
+            parts.append(reply)
+        _StepMasks(self, parts, tuple(client_ids)).result()
 
     def is_accepting(self, client_id: int) -> bool:
         if client_id not in self._known or client_id in self._failures:
             return False
-        child = self._child
+        child = self._owner[client_id]
         while child.awaiting:
             self.read_until(child.awaiting[-1])
         try:
@@ -316,59 +268,77 @@ class MaskProcess:
 
     def consume(self, client_id: int, tokens: Sequence[int]) -> None:
         self._fresh.pop(client_id, None)  # (it may have consumed nothing new: the child fills it then)
-        self._send(Consume(client_id, list(tokens)))
+        child = self._owner.get(client_id)
+        if child is not None:
+            self._send(child, Consume(client_id, list(tokens)))
 
     def prepare(self, grammar: str) -> Callable[[], None]:
-        """Have the child compile ``grammar`` (a new child if the last one died); wait with the callable."""
+        """Have a child compile ``grammar`` (a new child if one died), the one its request will go to;
+        wait with the callable."""
         done: Future[None] = Future()
         key = next(self._keys)
         with self._lock:
+            child: ChildLink | None = None
             try:
-                self._replace_dead_child()
-                self._child.compiling[key] = done
-                self._child.compiles.send(Compile(key, grammar))
+                self._replace_dead_children()
+                child = self._placement.choose(self._children, grammar)
+                self._placement.reserve(grammar, child)
+                child.compiling[key] = done
+                child.compiles.send(Compile(key, grammar))
             except Exception as exc:
                 logger.warning("the mask process cannot take a grammar: %s", exc)
-                self._child.compiling.pop(key, None)
+                if child is not None:
+                    child.compiling.pop(key, None)
                 done.set_exception(Unavailable(f"the constraint's mask process is down: {exc}"))
 
         def wait() -> None:
-            done.result()
+            try:
+                done.result()
+            except BaseException:  # no request comes for this compile
+                if child is not None:
+                    self._placement.release(grammar, child)
+                raise
 
         return wait
 
-    def _replace_dead_child(self) -> None:
-        """Start another child if this one died (the lock held); the step loop fails the old one's requests."""
-        if self._closed or self._child.alive():
+    def _replace_dead_children(self) -> None:
+        """Start another child for each that died (the lock held); the step loop fails the old ones' requests."""
+        if self._closed:
             return
-        logger.warning("the mask process %d exited; starting another", self._child.process.pid)
-        self._child.stop()
-        self._child = self._start()
+        dead = [child for child in self._children if not child.alive()]
+        for child in dead:
+            logger.warning("the mask process %d exited; starting another", child.process.pid)
+            child.stop()
+        if not dead:
+            return
+        self._placement.forget(child.index for child in dead)
+        for new in self._start([child.index for child in dead]):
+            self._children[new.index] = new
 
     def _restart(self) -> None:
         with self._lock:
             try:
-                self._replace_dead_child()
+                self._replace_dead_children()
             except Exception:  # the next prepare() tries again, and refuses its request meanwhile
                 logger.exception("the mask process could not be started again")
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            self._child.stop()
+            for child in self._children:
+                child.stop()
         if self._own is not None:
             os.close(self._own.fd)
 
-    # -- the step loop's connection -----------------------------------------------------------
+    # -- the step loop's connections ----------------------------------------------------------
 
-    def _send(self, message: object) -> None:
-        child = self._child
+    def _send(self, child: ChildLink, message: object) -> None:
         try:
             child.post(message)
         except (OSError, EOFError) as exc:
             self._died(child, exc)
 
-    def _ask(self, message: Advance | Fill, reply: _Reply, ids: Sequence[int]) -> None:
+    def _ask(self, message: Advance | Fill, reply: RowsReply) -> None:
         """Send a request that wants masks back; a dead child's rows are EOS-only at once."""
         child = reply.child
         try:
@@ -378,39 +348,49 @@ class MaskProcess:
             child.awaiting.append(reply)
         except (OSError, EOFError) as exc:
             self._died(child, exc)
-            reply.end_only(ids)
+            reply.end_only()
 
-    def read_until(self, reply: _Reply) -> None:
+    def read_until(self, reply: RowsReply) -> None:
         """Read ``reply``'s child's answers in order until ``reply``'s is in."""
         child = reply.child
-        while reply.client_ids is None:
+        while not reply.done:
             waiting = child.awaiting.popleft()
             try:
                 masked = child.steps.recv()
             except (OSError, EOFError) as exc:
-                waiting.end_only([])
+                waiting.end_only()
                 self._died(child, exc)
                 continue
             waiting.receive(masked)
-            self.compute_seconds += masked.seconds
-            self._failures = dict(masked.failures)
-            self._failures.update(self._lost)
+            child.failures = masked.failures
+            self._gather_failures()
 
-    def _died(self, child: _Child, exc: BaseException) -> None:
+    def _gather_failures(self) -> None:
+        if len(self._children) == 1:
+            failures = dict(self._children[0].failures)
+        else:
+            failures = {}
+            for child in self._children:
+                failures.update(child.failures)
+        failures.update(self._lost)
+        self._failures = failures
+
+    def _died(self, child: ChildLink, exc: BaseException) -> None:
         """``child`` is gone: every request it constrained fails, and another child starts."""
-        if self._known - self._lost.keys():
-            logger.error("the mask process is gone (%s): its %d constrained requests end", exc, len(self._known))
-        for cid in self._known:
+        owned = [cid for cid, keeper in self._owner.items() if keeper is child]
+        if any(cid not in self._lost for cid in owned):
+            logger.error("the mask process is gone (%s): its %d constrained requests end", exc, len(owned))
+        for cid in owned:
             self.fail(cid, "the constraint's mask process exited")
         while child.awaiting:
-            child.awaiting.popleft().end_only([])
+            child.awaiting.popleft().end_only()
         if not child.broken:  # another child, started aside: requests whose grammar is cached here need one too
             child.broken = True
             threading.Thread(target=self._restart, name="llgtriton-mask-restart", daemon=True).start()
 
     # -- the compile threads' connection ------------------------------------------------------
 
-    def _read_compiles(self, child: _Child) -> None:
+    def _read_compiles(self, child: ChildLink) -> None:
         while True:
             try:
                 compiled = child.compiles.recv()

@@ -109,11 +109,26 @@ class MatcherTable:
         states = self._states
         return [cid for cid in client_ids if cid is not None and cid in states]
 
-    def advance(self, client_ids: Sequence[int], tokens: Sequence[int], masks: Bitmask) -> tuple[int, ...]:
-        """Each known request consumes its token, and its next mask goes to the next row of ``masks``
-        from row 0; returns the ids whose masks were written, in row order."""
+    def advance(
+        self, client_ids: Sequence[int], tokens: Sequence[int], masks: Bitmask, rows: Sequence[int] | None = None
+    ) -> tuple[int, ...]:
+        """Each known request consumes its token, and its next mask goes to a row of ``masks``: with
+        ``rows``, request ``i``'s to ``rows[i]`` (EOS-only for an id without a matcher); else the known
+        ones' to rows 0.. in order. Returns the ids whose masks were written, in row order."""
         found = self._states.get
-        pairs = [(state, token) for cid, token in zip(client_ids, tokens, strict=True) if (state := found(cid))]
+        pairs: list[tuple[_MatcherState, int]] = []
+        targets: Sequence[int]
+        if rows is None:
+            pairs = [(state, token) for cid, token in zip(client_ids, tokens, strict=True) if (state := found(cid))]
+            targets = range(len(pairs))
+        else:
+            targets = []
+            for cid, token, row in zip(client_ids, tokens, rows, strict=True):
+                if (state := found(cid)) is None:
+                    masks[row] = self.eos_only
+                else:
+                    pairs.append((state, token))
+                    targets.append(row)
         if not pairs:
             return ()
         states = [state for state, _ in pairs]
@@ -137,23 +152,27 @@ class MatcherTable:
                     state = states[index]
                     why = short(state.matcher.get_error())
                     self.fail(state.client_id, f"the constraint rejected a token: {why}")
-        self._fill(states, masks, range(len(states)), order)
+        self._fill(states, masks, targets, order)
         return tuple(state.client_id for state in states)
 
     def fill(self, client_ids: Sequence[int], masks: Bitmask, first: int) -> None:
         """The next masks of ``client_ids`` into rows ``first``.. of ``masks``; EOS-only for an id
         without a matcher (a mask process started again since its request began)."""
+        self.fill_rows(client_ids, masks, range(first, first + len(client_ids)))
+
+    def fill_rows(self, client_ids: Sequence[int], masks: Bitmask, rows: Sequence[int]) -> None:
+        """The next mask of ``client_ids[i]`` into row ``rows[i]`` of ``masks``, as :meth:`fill`."""
         found = self._states.get
-        rows: list[int] = []
+        targets: list[int] = []
         states: list[_MatcherState] = []
-        for row, cid in enumerate(client_ids, start=first):
+        for row, cid in zip(rows, client_ids, strict=True):
             state = found(cid)
             if state is None:
                 masks[row] = self.eos_only
             else:
-                rows.append(row)
+                targets.append(row)
                 states.append(state)
-        self._fill(states, masks, rows, _by_lane(states))
+        self._fill(states, masks, targets, _by_lane(states))
 
     def _fill(self, states: Sequence[_MatcherState], masks: Bitmask, rows: Sequence[int], order: Sequence[int]) -> None:
         """The mask of ``states[i]`` into row ``rows[i]`` of ``masks``, computed in ``order`` (by lane), or

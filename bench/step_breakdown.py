@@ -256,6 +256,7 @@ def build(arguments: argparse.Namespace) -> Bench:
             applier=applier,
             mask_threads=arguments.mask_threads,
             mask_process=mask_process,
+            mask_processes=arguments.mask_processes,
         )
     grammars = GrammarCache(
         processor.tokenizer,
@@ -407,6 +408,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--random-model", type=Path, required=True, help="config + tokenizer folder: random weights")
     parser.add_argument("--shape", choices=sorted(SHAPES))
     parser.add_argument("--mask-threads", type=int, default=None)
+    parser.add_argument("--mask-processes", type=int, default=1, help="with --mask-process on: how many children")
     parser.add_argument(
         "--llguidance-own-tokenizer",
         action="store_true",
@@ -500,6 +502,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "vocab": bench.vocab,
         "max_tokens": arguments.max_tokens,
         "mask_threads": arguments.mask_threads,
+        "mask_processes": arguments.mask_processes,
         "guidance_tokenizer": "llguidance.hf" if arguments.llguidance_own_tokenizer else "backend.guidance_tokenizer",
         "cells": {},
     }

@@ -86,15 +86,21 @@ def batch(loaded_model: Any) -> list[EngineRequest]:
 
 def test_outputs_are_the_same_with_the_masks_in_a_process(loaded_model: Any, mask_process: MaskProcess) -> None:
     """The same outputs from the engine's threads, a mask process writing masks of its own (copied),
-    and one writing straight into the applier's shared buffer; launched ahead, as on CUDA (a mask
-    process takes a step's tokens the same way either way)."""
+    one writing straight into the applier's shared buffer, and three sharing the step's rows; launched
+    ahead, as on CUDA (a mask process takes a step's tokens the same way either way)."""
     vocab = loaded_model.model.config.vocab_size
+    eos = tuple(loaded_model.eos_token_ids)
     shared = CpuBitmaskApplier(vocab, ROWS, shared=True)
-    writing_in = MaskProcess(
-        loaded_model.tokenizer, vocab, tuple(loaded_model.eos_token_ids), ROWS, 2, shared=shared.shared_masks()
-    )
+    writing_in = MaskProcess(loaded_model.tokenizer, vocab, eos, ROWS, 2, shared=shared.shared_masks())
+    split = CpuBitmaskApplier(vocab, ROWS, shared=True)
+    three = MaskProcess(loaded_model.tokenizer, vocab, eos, ROWS, 3, processes=3, shared=split.shared_masks())
     texts = {}
-    setups = (("threads", None, None), ("process", mask_process, None), ("shared", writing_in, shared))
+    setups = (
+        ("threads", None, None),
+        ("process", mask_process, None),
+        ("shared", writing_in, shared),
+        ("three", three, split),
+    )
     for name, source, applier in setups:
         processor = processor_for(loaded_model, source, applier)
         scheduler = scheduler_for(loaded_model, processor, launch_ahead=True)
@@ -105,8 +111,10 @@ def test_outputs_are_the_same_with_the_masks_in_a_process(loaded_model: Any, mas
         assert [sink.error for sink in sinks] == [None] * 4
         texts[name] = [sink.text for sink in sinks]
     writing_in.close()
+    three.close()
     assert texts["process"] == texts["threads"]
     assert texts["shared"] == texts["threads"]
+    assert texts["three"] == texts["threads"]
     schema, regex, _, choice = texts["process"]
     jsonschema.validate(json.loads(schema), PERSON)
     assert regex.rstrip("!") in {"red", "green", "blue"} and regex.endswith("!")
@@ -200,6 +208,37 @@ def test_a_killed_mask_process_ends_only_its_requests_and_the_next_grammar_start
         again, yes = generate(scheduler, cached, new)
         assert again.error is None and again.outputs[-1].completion_tokens == 8
         assert re.fullmatch("[a-z ]+", again.text)
+        assert yes.error is None and yes.text == "yes"
+    finally:
+        scheduler.shutdown()
+        source.close()
+
+
+def test_with_two_mask_processes_a_killed_one_ends_only_the_requests_it_kept(loaded_model: Any) -> None:
+    """Two requests of two new grammars go to the two children; one is killed: its request ends with
+    an error, the other's constraint holds to its end, and another child takes the next requests."""
+    vocab = loaded_model.model.config.vocab_size
+    source = MaskProcess(loaded_model.tokenizer, vocab, tuple(loaded_model.eos_token_ids), ROWS, 2, processes=2)
+    scheduler = scheduler_for(loaded_model, processor_for(loaded_model, source))
+    try:
+        prompt = chat(loaded_model, "Write a long story about a cat.")
+        sinks = [RecordingSink(), RecordingSink()]
+        for letters, sink in zip(("a-m", "n-z"), sinks, strict=True):
+            grammar = grammar_for(GuideType.REGEX, f"[{letters} ]{{3000}}")
+            scheduler.submit(EngineRequest(letters, prompt, 100, GREEDY, grammar=grammar), sink)
+        wait_until(lambda: len(source) == 2)  # both are running
+        killed = source.pids[0]
+        os.kill(killed, signal.SIGKILL)
+        for sink in sinks:
+            sink.wait()
+        ended = [sink for sink in sinks if sink.error is not None]
+        assert len(ended) == 1 and "mask process exited" in str(ended[0].error)
+        (kept,) = [sink for sink in sinks if sink.error is None]
+        assert kept.outputs[-1].completion_tokens == 100
+        assert re.fullmatch("[a-m ]+", kept.text) or re.fullmatch("[n-z ]+", kept.text)
+        wait_until(lambda: killed not in source.pids)
+        new = EngineRequest("new", prompt, 12, GREEDY, grammar=grammar_for(GuideType.CHOICE, '["yes"]'))
+        (yes,) = generate(scheduler, new)
         assert yes.error is None and yes.text == "yes"
     finally:
         scheduler.shutdown()
