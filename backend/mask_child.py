@@ -3,7 +3,8 @@
 Started by ``backend.mask_process`` as ``python -c "from backend.mask_child import main; main()"`` with
 its sockets' descriptors as arguments: one :class:`~backend.matcher_table.MatcherTable` and one
 :class:`~backend.grammar_cache.GrammarCache` of its own, the step messages answered in order on one
-thread, grammars compiled ahead on a few others.
+thread (a list of them in order: the ones the engine held back to send with the next), grammars
+compiled ahead on a few others.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from llguidance import LLMatcher
@@ -51,24 +53,42 @@ def _serve_compiles(compiles: Connection, grammars: GrammarCache, lock: threadin
         pool.submit(compile_one, request)
 
 
-def _serve_steps(
-    steps: Connection, table: MatcherTable, grammars: GrammarCache, masks: Bitmask, failed: LLMatcher
-) -> None:
-    while True:
-        try:
-            message = steps.recv()
-        except (OSError, EOFError):
-            return  # the engine is gone
+@dataclass(frozen=True)
+class _StepServer:
+    """The step messages' side: answered in order, on one thread."""
+
+    steps: Connection
+    table: MatcherTable
+    grammars: GrammarCache
+    masks: Bitmask
+    failed: LLMatcher  # stands in for a matcher whose grammar failed
+
+    def serve(self) -> None:
+        while True:
+            try:
+                received = self.steps.recv()
+            except (OSError, EOFError):
+                return  # the engine is gone
+            try:
+                for message in received if isinstance(received, list) else (received,):
+                    self._answer(message)
+            except (OSError, EOFError):
+                return
+
+    def _answer(self, message: object) -> None:
+        table, masks, steps = self.table, self.masks, self.steps
         started = time.perf_counter()
         try:
             if isinstance(message, Advance):
                 table.advance(message.client_ids, message.tokens, masks, message.rows)
-                steps.send(Masked(dict(table.failures), time.perf_counter() - started))
+                accepting = table.accepting(message.client_ids, masks, message.rows)
+                steps.send(Masked(dict(table.failures), time.perf_counter() - started, accepting))
             elif isinstance(message, Fill):
                 table.fill_rows(message.client_ids, masks, message.rows)
-                steps.send(Masked(dict(table.failures), time.perf_counter() - started))
+                accepting = table.accepting(message.client_ids, masks, message.rows)
+                steps.send(Masked(dict(table.failures), time.perf_counter() - started, accepting))
             elif isinstance(message, Add):
-                _add(table, grammars, message, failed)
+                _add(table, self.grammars, message, self.failed)
             elif isinstance(message, Remove):
                 table.remove(message.client_id)
             elif isinstance(message, Accepting):
@@ -78,7 +98,7 @@ def _serve_steps(
             else:
                 logger.error("the mask process got an unknown message: %r", message)
         except (OSError, EOFError):
-            return
+            raise
         except Exception as exc:  # a bug: its requests end, every other request goes on
             logger.exception("the mask process failed on %s", type(message).__name__)
             if isinstance(message, Advance | Fill):
@@ -120,4 +140,4 @@ def main() -> None:
         return
     steps.send("ready")
     threading.Thread(target=_serve_compiles, args=(compiles, grammars, threading.Lock()), daemon=True).start()
-    _serve_steps(steps, table, grammars, masks, failed)
+    _StepServer(steps, table, grammars, masks, failed).serve()

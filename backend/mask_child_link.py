@@ -45,6 +45,7 @@ class ChildLink:
         self.load = 0  # the requests it keeps
         self.failures: Mapping[int, str] = {}  # as its last reply gave them
         self.awaiting: deque[RowsReply] = deque()
+        self.answered: deque[RowsReply] = deque(maxlen=4)  # the latest replies in, newest last
         self.compiling: dict[int, Future[None]] = {}  # by key, the grammars sent to compile
         self.masks = shared.masks
         self.broken = False  # its step connection failed: it is replaced, whether or not it still runs
@@ -52,6 +53,7 @@ class ChildLink:
         self._outgoing: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._queued = 0  # frames handed to the writer and not yet written
         self._queue_lock = threading.Lock()
+        self._deferred: list[object] = []  # sent with the next post
         try:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(entry for entry in sys.path if entry))
             ends = (steps_there.fileno(), compiles_there.fileno(), shared.fd)
@@ -89,12 +91,20 @@ class ChildLink:
     def alive(self) -> bool:
         return not self.broken and not self.write_failed and self.process.poll() is None
 
+    def defer(self, message: object) -> None:
+        """Send ``message`` with the next :meth:`post`, in order: for what need not reach the child
+        before its next step (a step's ending requests), one pickle and one write, not one each."""
+        self._deferred.append(message)
+
     def post(self, message: object) -> None:
-        """Send ``message`` as far as the socket takes it now, the rest by the writer, in order; raises
-        :class:`OSError` once a write has failed. (Framed as :class:`Connection` frames it, which the
-        child reads with.)"""
+        """Send the deferred messages and ``message`` as far as the socket takes them now, the rest by
+        the writer, in order; raises :class:`OSError` once a write has failed. (Framed as
+        :class:`Connection` frames it, which the child reads with.)"""
         if self.write_failed:
             raise OSError("the mask process's socket failed")
+        if self._deferred:
+            self._deferred.append(message)
+            message, self._deferred = self._deferred, []
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         frame = struct.pack("!i", len(payload)) + payload
         with self._queue_lock:
@@ -136,14 +146,19 @@ class ChildLink:
 
 
 class RowsReply:
-    """Masks on their way back from ``child`` into ``rows`` of ``masks`` (``end_only``'s if it dies)."""
+    """The masks of ``client_ids`` on their way back from ``child`` into ``rows`` of ``masks``
+    (``end_only``'s if it dies)."""
 
-    def __init__(self, child: ChildLink, masks: Bitmask, rows: Sequence[int], end_only: Bitmask) -> None:
+    def __init__(
+        self, child: ChildLink, client_ids: Sequence[int], masks: Bitmask, rows: Sequence[int], end_only: Bitmask
+    ) -> None:
         self.child = child
+        self.client_ids = client_ids
         self.masks = masks
         self.rows = rows
         self._end_only = end_only
         self.seconds = 0.0  # the child's time computing them
+        self.accepting: tuple[int, ...] = ()  # those whose output so far is complete (Masked.accepting)
         self.done = False
 
     def receive(self, masked: Masked) -> None:
@@ -151,6 +166,7 @@ class RowsReply:
             rows = _index(self.rows)
             self.masks[rows] = self.child.masks[rows]
         self.seconds = masked.seconds
+        self.accepting = masked.accepting
         self.done = True
 
     def end_only(self) -> None:

@@ -67,11 +67,14 @@ class Consume:
 
 @dataclass(frozen=True)
 class Masked:
-    """The masks are written: every request's failure so far, and how long the child took to consume
-    the tokens and compute the masks (seconds)."""
+    """The masks are written: every request's failure so far, how long the child took to consume the
+    tokens and compute the masks (seconds), and those of the requests whose output so far is complete
+    (their mask allows an end token and their matcher accepts), so that the step that samples an end
+    token for one need not ask."""
 
     failures: Mapping[int, str]
     seconds: float = 0.0
+    accepting: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

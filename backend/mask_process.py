@@ -105,6 +105,7 @@ class MaskProcess:
         self.compute_seconds = 0.0  # the children's time consuming tokens and computing masks, all told
         self._failures: dict[int, str] = {}
         self._lost: dict[int, str] = {}  # failures this side decided (the child died): kept over replies
+        self._consumed: set[int] = set()  # requests whose tokens came through consume(): replies may be older
         self._keys = itertools.count()
         self._placement: Placement[ChildLink] = Placement()
         self._lock = threading.Lock()  # starting a child, and the compiles waiting for it
@@ -181,18 +182,18 @@ class MaskProcess:
         self._owner[client_id] = child
         if first_mask is not None:
             self._fresh[client_id] = first_mask
-        self._send(child, Add(client_id, grammar, prompt_length))
+        self._send(child, Add(client_id, grammar, prompt_length))  # (now: the child readies its matcher)
 
     def remove(self, client_id: int) -> None:
         self._known.discard(client_id)
         self._fresh.pop(client_id, None)
         self._failures.pop(client_id, None)
         self._lost.pop(client_id, None)
+        self._consumed.discard(client_id)
         child = self._owner.pop(client_id, None)
         if child is not None:
             child.load -= 1
-            if not child.broken:
-                self._send(child, Remove(client_id))
+            child.defer(Remove(client_id))
 
     def fail(self, client_id: int, message: str) -> None:
         if client_id in self._known and client_id not in self._failures:
@@ -223,7 +224,7 @@ class MaskProcess:
         parts = []
         for child, (their_ids, their_tokens, rows) in shares.items():
             their_rows = range(len(rows)) if len(shares) == 1 else rows
-            reply = RowsReply(child, masks, their_rows, self.eos_only)
+            reply = RowsReply(child, their_ids, masks, their_rows, self.eos_only)
             self._ask(Advance(their_ids, their_tokens, their_rows), reply)
             parts.append(reply)
         return _StepMasks(self, parts, tuple(ids))
@@ -248,15 +249,21 @@ class MaskProcess:
             share[1].append(row)
         parts = []
         for child, (their_ids, rows) in shares.items():
-            reply = RowsReply(child, masks, rows, self.eos_only)
+            reply = RowsReply(child, their_ids, masks, rows, self.eos_only)
             self._ask(Fill(their_ids, rows), reply)
             parts.append(reply)
         _StepMasks(self, parts, tuple(client_ids)).result()
 
     def is_accepting(self, client_id: int) -> bool:
+        """From the child's last reply when it covers every token the request has consumed (an end
+        token's step, which left the request out of its tokens); else asked, once its replies are in."""
         if client_id not in self._known or client_id in self._failures:
             return False
         child = self._owner[client_id]
+        if client_id not in self._consumed and not any(client_id in reply.client_ids for reply in child.awaiting):
+            for reply in reversed(child.answered):
+                if client_id in reply.client_ids:
+                    return client_id in reply.accepting
         while child.awaiting:
             self.read_until(child.awaiting[-1])
         try:
@@ -268,6 +275,7 @@ class MaskProcess:
 
     def consume(self, client_id: int, tokens: Sequence[int]) -> None:
         self._fresh.pop(client_id, None)  # (it may have consumed nothing new: the child fills it then)
+        self._consumed.add(client_id)
         child = self._owner.get(client_id)
         if child is not None:
             self._send(child, Consume(client_id, list(tokens)))
@@ -364,6 +372,7 @@ class MaskProcess:
             waiting.receive(masked)
             child.failures = masked.failures
             self._gather_failures()
+            child.answered.append(waiting)
 
     def _gather_failures(self) -> None:
         if len(self._children) == 1:

@@ -200,6 +200,22 @@ class MatcherTable:
             if state.error is not None:
                 masks[row] = self.eos_only
 
+    def accepting(self, client_ids: Sequence[int], masks: Bitmask, rows: Sequence[int]) -> tuple[int, ...]:
+        """Those of ``client_ids`` whose mask (in row ``rows[i]``) allows an end token and whose matcher
+        accepts the output so far: the ones an end token may end now."""
+        if not client_ids:
+            return ()
+        index = np.asarray(rows)
+        allowed = np.zeros(len(index), dtype=bool)
+        for token in self.tokenizer.eos_tokens:
+            allowed |= (masks[index, token >> 5] >> (token & 31)) & 1 != 0
+        found = self._states.get
+        return tuple(
+            cid
+            for cid, row_allows in zip(client_ids, allowed.tolist(), strict=True)
+            if row_allows and (state := found(cid)) is not None and state.error is None and state.matcher.is_accepting()
+        )
+
     def is_accepting(self, client_id: int) -> bool:
         """Whether the tokens the request's matcher has consumed form a complete output."""
         state = self._states.get(client_id)

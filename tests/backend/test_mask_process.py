@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import jsonschema
+import numpy as np
 import pytest
 import torch
 
@@ -149,6 +150,9 @@ def test_a_wave_of_joining_requests_never_waits_for_the_mask_process_to_read(
         for cid in joining:
             copy = grammars.copy(grammar)
             processor.add(cid, copy.matcher, 0, copy.lane, grammar=grammar, first_mask=copy.first_mask)
+        assert copy.first_mask is not None
+        first_token = int(np.flatnonzero(np.unpackbits(copy.first_mask.view(np.uint8), bitorder="little"))[0])
+        processor.prefetch([joining[0]], [first_token])  # (sends the joining requests, then the step)
     try:
         assert not processor.is_accepting(joining[-1])  # (a round trip behind all of them)
         width = loaded_model.model.config.vocab_size
@@ -156,6 +160,27 @@ def test_a_wave_of_joining_requests_never_waits_for_the_mask_process_to_read(
     finally:
         for cid in joining:
             processor.remove(cid)
+
+
+def test_an_end_token_is_checked_without_asking_the_mask_process(loaded_model: Any, mask_process: MaskProcess) -> None:
+    """The reply with a request's next mask says whether its output so far is complete, so the step
+    that samples an end token does not wait for the child's answer (stopped here)."""
+    processor = processor_for(loaded_model, mask_process)
+    grammar = grammar_for(GuideType.REGEX, "(red|green|blue)!{1,3}")
+    copy = Guidance.for_processor(processor).grammars.copy(grammar)
+    width = loaded_model.model.config.vocab_size
+    tokenize = processor.tokenizer.tokenize_str
+    processor.add(6000, copy.matcher, 0, copy.lane, grammar=grammar, first_mask=copy.first_mask)
+    try:
+        for text, complete in (("red", False), ("!", True)):
+            for token in tokenize(text):
+                processor.mask(torch.zeros(1, width), [6000], 0)
+                processor.prefetch([6000], [token])
+            processor.mask(torch.zeros(1, width), [6000], 0)  # (its reply is in)
+            with stopped(mask_process.pid):
+                assert processor.is_accepting(6000) is complete
+    finally:
+        processor.remove(6000)
 
 
 @contextmanager
