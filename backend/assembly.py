@@ -16,6 +16,7 @@ from transformers import PreTrainedModel
 from backend.chat_template import ChatTemplate
 from backend.constraints import Guidance, GuidanceLogitsProcessor
 from backend.contract import Service
+from backend.cpu_cores import usable_cores
 from backend.engine import Engine
 from backend.masking import bitmask_applier
 from backend.model_loader import load_model
@@ -69,6 +70,12 @@ def _with_graphs(engine: SlotEngine) -> SlotEngine:
     return engine
 
 
+def mask_processes_for(cores: int) -> int:
+    """Mask processes for ``cores`` usable cores: one for every four, at most four. (On the H200's 16
+    cores four children computed a step's 256 masks in 0.4 to 0.7 of one's time; docs/benchmarks.md.)"""
+    return max(1, min(4, cores // 4))
+
+
 def start_in_process(settings: EngineSettings) -> Service:
     """The service for ``settings.engine``, with its engine in this process."""
     if settings.engine == "synthetic":
@@ -98,7 +105,7 @@ def start_torch_service(settings: EngineSettings) -> GenerationService:
         settings.max_batch_size,
         applier=bitmask_applier(device, engine.vocab_size, settings.max_batch_size, shared=mask_process),
         mask_process=mask_process,
-        mask_processes=settings.mask_processes,
+        mask_processes=settings.mask_processes or mask_processes_for(usable_cores()),
     )
     scheduler = Scheduler(
         engine,

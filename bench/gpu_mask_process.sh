@@ -3,7 +3,9 @@
 # the Llama 3.2 tokenizer, launched ahead) with the matchers on the engine's own threads and in a mask
 # process of their own (--mask-process off / on), each variant in a process of its own per round,
 # alternating. VARIANTS="old new" compares two builds instead, both with the mask process: this tree
-# ("new") and a copy with the files of device_carry/overlay laid over it ("old").
+# ("new") and a copy with the files of device_carry/overlay laid over it ("old"), each with
+# MASK_PROCESSES children (default 1). VARIANTS="p1 p2 p4" runs this tree with the mask process on and
+# that many children (--mask-processes).
 #   make device-carry device-carry-llama                   # here
 #   OUT=$OUT ROUNDS=2 bash bench/gpu_mask_process.sh       # there: carry device_carry/{wheels,model_llama,
 #       jsonschemabench,pycuda_site[,overlay]}; results in $OUT/mask_process_<variant>_<round>.json
@@ -29,11 +31,12 @@ for round in ${ROUND:-$(seq 1 "$ROUNDS")}; do
     order=$VARIANTS && [ $((round % 2)) = 0 ] && order=$(echo "$VARIANTS" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i}')
     for variant in $order; do
         dir=$ROOT && [ "$variant" = old ] && dir=/tmp/old
-        case $variant in old | new) mode=on ;; *) mode=$variant ;; esac
+        children=${MASK_PROCESSES:-1}
+        case $variant in old | new) mode=on ;; p*) mode=on children=${variant#p} ;; *) mode=$variant ;; esac
         cd "$dir"
         PYTHONPATH="$SITE:$dir" "$PY" -m bench.step_breakdown --device cuda --random-model /tmp/model_llama \
             --shape llama-3.2-1b --data device_carry/jsonschemabench --clients $CLIENTS --rounds 1 --kinds $KINDS \
-            --mask-process "$mode" --out "$OUT" --name "mask_process_${variant}_${round}" \
+            --mask-process "$mode" $([ "$children" = 1 ] || echo --mask-processes "$children") --out "$OUT" --name "mask_process_${variant}_${round}" \
             > "$OUT/log_${variant}_${round}.txt" 2>&1
         echo "mask process $variant, round $round: exit $?"
         cd "$ROOT"

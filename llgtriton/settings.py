@@ -279,12 +279,13 @@ class EngineSettings(_Section):
         "'off': a thread of the engine's process computes them. 'auto': on with CUDA, off on CPU.",
     )
     mask_processes: int = Field(
-        1,
-        ge=1,
+        0,
+        ge=0,
         le=64,
         description="torch engine, with a mask process: how many to start. Each keeps some of the "
         "constrained requests and computes their masks, so that a step's rows are computed side by side "
-        "(llguidance's threads in one process are not); the engine's mask threads are shared out among them.",
+        "(llguidance's threads in one process are not); the engine's mask threads are shared out among them. "
+        "0: one for every four usable cores, at most four.",
     )
 
 

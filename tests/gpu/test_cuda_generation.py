@@ -39,10 +39,12 @@ PERSON = {
 @pytest.fixture(scope="module", params=["slots", "growing", "server-defaults"])
 def setup(request: pytest.FixtureRequest) -> Any:
     """The step loop on either engine; ``server-defaults`` as the server runs it on CUDA: the slot engine,
-    the decode launched ahead and the matchers in a mask process."""
+    the decode launched ahead and the matchers in mask processes (as many as the server starts)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from backend.assembly import mask_processes_for
     from backend.constraints import Guidance, GuidanceLogitsProcessor
+    from backend.cpu_cores import usable_cores
     from backend.masking import bitmask_applier
     from backend.scheduler import Scheduler
     from backend.slot_engine import SlotEngine
@@ -65,6 +67,7 @@ def setup(request: pytest.FixtureRequest) -> Any:
         8,
         applier=bitmask_applier(device, engine.vocab_size, 8, shared=server),
         mask_process=server,
+        mask_processes=mask_processes_for(usable_cores()) if server else 1,
     )
     scheduler = Scheduler(
         engine,
