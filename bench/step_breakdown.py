@@ -7,7 +7,10 @@ serving. Each cell runs free, with one schema shared by every request (``shared`
 schema of its own per request from JSONSchemaBench (``own``, compiled as they arrive: cold), in
 alternating order over ``--rounds`` rounds; ``--kinds pressed`` runs the shared schema with every
 request asking for its grammar pressure (what reporting it costs), and ``--kinds tools`` a tool the
-model must call in its own format (``bench.tool_requests``). ``--switch-intervals`` runs each
+model must call in its own format (``bench.tool_requests``). A constrained output ends when its JSON
+closes, a free one of random weights at ``--max-tokens``: ``free-as-own`` (``-shared``, ``-tools``)
+runs free requests cut to the lengths the latest ``own`` cell's outputs had, the like-for-like
+baseline for that kind (list it after ``own``). ``--switch-intervals`` runs each
 kind under each of Python's thread switch intervals (``sys.setswitchinterval``), alternating too: how
 long the mask worker waits for the GIL while the step loop runs Python. ``--hand-off off on`` runs
 each kind without and with the step loop waiting for the mask worker to start once it is handed a
@@ -73,7 +76,9 @@ from llgtriton.settings import EngineSettings
 from tests.support.harness import RecordingSink
 
 logger = logging.getLogger("bench.step_breakdown")
-KINDS = ("free", "shared", "own", "pressed", "tools")  # pressed: shared, each request asking for grammar_pressure
+# pressed: shared, each request asking for grammar_pressure; free-as-X: free, cut to X's lengths
+KINDS = ("free", "shared", "own", "pressed", "tools", "free-as-shared", "free-as-own", "free-as-tools")
+MATCHED = "free-as-"
 # A stopped output is checked with its request's check: True when it is invalid (None: free, not checked).
 Check = Callable[[str], bool]
 MAX_MODEL_LEN = 2048
@@ -290,6 +295,7 @@ class Requests:
     max_tokens: int
     tools: ToolCallRequests
     shared: str = field(default_factory=lambda: json_schema_grammar(SCHEMA))
+    lengths: dict[str, list[int]] = field(default_factory=dict)  # each kind's latest cell's output lengths
 
     def maker(self, kind: str, offset: int) -> Callable[[int], tuple[EngineRequest, Check | None]]:
         def make(index: int) -> tuple[EngineRequest, Check | None]:
@@ -299,7 +305,11 @@ class Requests:
                 return dataclasses.replace(prepared, request_id=request_id), self.tools.invalid
             check: Check | None = None
             grammar = None
-            if kind in ("shared", "pressed"):
+            max_tokens = self.max_tokens
+            if kind.startswith(MATCHED):  # as long as the constrained requests' outputs were
+                lengths = self.lengths[kind.removeprefix(MATCHED)]
+                max_tokens = max(1, lengths[index % len(lengths)])
+            elif kind in ("shared", "pressed"):
                 check, grammar = schema_check(SCHEMA), self.shared
             elif kind == "own":
                 schema, grammar = self.own[(offset + index) % len(self.own)]
@@ -307,7 +317,7 @@ class Requests:
             request = EngineRequest(
                 request_id=request_id,
                 prompt_ids=tuple(self.prompts[index % len(self.prompts)]),
-                max_tokens=self.max_tokens,
+                max_tokens=max_tokens,
                 sampling=SamplingParams(temperature=0.0),
                 stream=True,
                 grammar=grammar,
@@ -339,7 +349,10 @@ def failing_their_schema(done: list[tuple[Check | None, RecordingSink]]) -> int:
     return invalid
 
 
-def measure(bench: Bench, make: Callable[[int], Any], kind: str, clients: int, per_client: int) -> dict[str, Any]:
+def measure(
+    bench: Bench, make: Callable[[int], Any], kind: str, clients: int, per_client: int
+) -> tuple[dict[str, Any], list[int]]:
+    """The cell's figures, and its requests' output lengths."""
     bench.parts.kind = bench.phases.side = kind
     bench.parts.take()
     bench.phases.take()
@@ -351,8 +364,9 @@ def measure(bench: Bench, make: Callable[[int], Any], kind: str, clients: int, p
     phase_ms = bench.phases.take()
     part_s = bench.parts.take()
     sinks = [sink for _, sink in done]
-    return {
-        "tokens_per_s": sum(sink.outputs[-1].completion_tokens for sink in sinks) / elapsed,
+    lengths = [sink.outputs[-1].completion_tokens for sink in sinks]
+    cell = {
+        "tokens_per_s": sum(lengths) / elapsed,
         "tbt_ms": stats_ms([gap for sink in sinks for gap in token_gaps(sink)]),
         "ttft_ms_p50": statistics.median((sink.stamps[0][0] - sink.submitted) * 1e3 for sink in sinks),
         "steps": steps,
@@ -361,8 +375,10 @@ def measure(bench: Bench, make: Callable[[int], Any], kind: str, clients: int, p
             k.split(":", 1)[1]: v * 1e3 / steps for k, v in sorted(part_s.items()) if k.startswith(kind)
         },
         "stopped_outputs_failing_their_schema": failing_their_schema(done),
+        "completion_tokens_mean": statistics.mean(lengths),
         **pressure_summary(sinks),
     }
+    return cell, lengths
 
 
 def pressure_summary(sinks: list[RecordingSink]) -> dict[str, Any]:
@@ -470,7 +486,11 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     parser.add_argument("--name", default="step_breakdown")
-    return parser.parse_args(argv)
+    arguments = parser.parse_args(argv)
+    for position, kind in enumerate(arguments.kinds):
+        if kind.startswith(MATCHED) and kind.removeprefix(MATCHED) not in arguments.kinds[:position]:
+            parser.error(f"--kinds {kind} takes its lengths from a {kind.removeprefix(MATCHED)} cell: list that first")
+    return arguments
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -535,7 +555,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 else:
                     bench.hand_off.clear()
                 make = requests.maker(variant.kind, offset)
-                cell = measure(bench, make, variant.kind, clients, arguments.requests_per_client)
+                cell, requests.lengths[variant.kind] = measure(
+                    bench, make, variant.kind, clients, arguments.requests_per_client
+                )
                 offset += clients * arguments.requests_per_client
                 name = f"{clients}/{variant.name}"
                 report["cells"].setdefault(name, []).append(cell)
