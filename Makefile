@@ -49,8 +49,12 @@ unit: $(STAMP)
 e2e: $(STAMP) $(CLIENTS_STAMP)
 	$(BIN)/pytest -m e2e
 
+# Two workers, a test file each at a time (its servers are started once). schemathesis's tests run
+# apart: under xdist it makes one test of its operations, not one each.
+OPENAPI_TESTS := tests/proxy/test_openapi.py
 test: lint typecheck $(CLIENTS_STAMP)
-	$(BIN)/pytest -m "not gpu"
+	$(BIN)/pytest -m "not gpu" --numprocesses 2 --dist loadfile --ignore $(OPENAPI_TESTS)
+	$(BIN)/pytest -m "not gpu" $(OPENAPI_TESTS)
 
 # Refresh the locks from the newest releases in pyproject.toml's ranges; then run `make test` and commit.
 lock: $(STAMP)
