@@ -129,13 +129,33 @@ def _metric(server: RunningServer, pattern: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
+def _settled(server: RunningServer, pattern: str) -> float:
+    """``/metrics``' value once it has stopped moving: a worker counts a request just after its
+    response is sent, so a count read right after a response may not hold it yet."""
+    value = _metric(server, pattern)
+    while True:
+        time.sleep(0.3)
+        again = _metric(server, pattern)
+        if again == value:
+            return value
+        value = again
+
+
+def _reaches(server: RunningServer, pattern: str, expected: float) -> float:
+    """``/metrics``' value once it reaches ``expected`` (within 10 s), then settled."""
+    deadline = time.monotonic() + 10
+    while _metric(server, pattern) < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _settled(server, pattern)
+
+
 COMPLETED = re.escape('llgtriton_proxy_requests_total{route="/v1/completions",status="200"}')
 IN_FLIGHT = "llgtriton_proxy_requests_in_flight"
 
 
 def test_two_workers_serve_the_port_and_metrics_sum_over_both(workers_server: RunningServer) -> None:
     assert len(_workers(workers_server)) == 2
-    before = _metric(workers_server, COMPLETED)
+    before = _settled(workers_server, COMPLETED)
     held = _connections_on_each_worker(workers_server)
     for connection in held.values():  # one request through each worker
         connection.request("POST", "/v1/completions", BODY, {"Content-Type": "application/json"})
@@ -144,6 +164,7 @@ def test_two_workers_serve_the_port_and_metrics_sum_over_both(workers_server: Ru
         assert json.loads(response.read())["choices"][0]["text"] == " token" * 4
         connection.close()
     # Whichever worker answers the scrape, it counts the requests of both.
+    assert _reaches(workers_server, COMPLETED, before + 2) == before + 2
     assert [_metric(workers_server, COMPLETED) for _ in range(6)] == [before + 2] * 6
 
 
@@ -169,7 +190,7 @@ def test_the_concurrency_limit_counts_requests_on_every_worker(workers_server: R
 
 def test_a_worker_that_dies_is_replaced_and_its_counts_stay(workers_server: RunningServer) -> None:
     assert _complete(workers_server)[0] == 200
-    before = _metric(workers_server, COMPLETED)
+    before = _settled(workers_server, COMPLETED)
     first, second = _workers(workers_server)
     os.kill(first, signal.SIGKILL)
     deadline = time.monotonic() + 60
@@ -183,7 +204,7 @@ def test_a_worker_that_dies_is_replaced_and_its_counts_stay(workers_server: Runn
     assert second in workers
     assert f"proxy worker 0 (pid {first}) exited with -9; starting another" in workers_server.log_tail(200)
     assert all(_complete(workers_server)[0] == 200 for _ in range(8))
-    assert _metric(workers_server, COMPLETED) == before + 8  # the dead worker's requests still count
+    assert _reaches(workers_server, COMPLETED, before + 8) == before + 8  # the dead worker's requests still count
     assert _metric(workers_server, IN_FLIGHT) == 0
 
 
