@@ -79,6 +79,12 @@ class Placement(Generic[K]):
                 self._places.move_to_end(key)
             places.add(child.index)
 
+    def count(self, child: K, requests: int) -> None:
+        """``child`` keeps ``requests`` more (fewer, if negative): under the lock that reservations,
+        made on the compile threads, change its load under too."""
+        with self._lock:
+            child.load += requests
+
     def reserve(self, grammar: str, child: K) -> None:
         """``child`` compiles ``grammar`` for a request to come, which :meth:`claim` then gives it."""
         self.place(grammar, child)

@@ -176,7 +176,7 @@ class MaskProcess:
             if not child.alive():  # (another one starts aside; its grammars are compiled there again)
                 self._died(child, EOFError("it exited"))
                 raise Unavailable("the constraint's mask process is starting again; retry shortly")
-            child.load += 1
+            placement.count(child, 1)
             placement.place(grammar, child)
         self._known.add(client_id)
         self._owner[client_id] = child
@@ -192,7 +192,7 @@ class MaskProcess:
         self._consumed.discard(client_id)
         child = self._owner.pop(client_id, None)
         if child is not None:
-            child.load -= 1
+            self._placement.count(child, -1)
             child.defer(Remove(client_id))
 
     def fail(self, client_id: int, message: str) -> None:

@@ -27,7 +27,7 @@ def admit(placement: Placement[Child], kids: list[Child], grammar: str) -> Child
     child = placement.claim(grammar)
     if child is None:
         child = placement.choose(kids, grammar)
-        child.load += 1
+        placement.count(child, 1)
         placement.place(grammar, child)
     return child
 
