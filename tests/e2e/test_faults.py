@@ -37,7 +37,10 @@ RECOVERY_TIMEOUT_S = 180.0
 @pytest.fixture(scope="module")
 def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
-        tmp_path_factory.mktemp("faults") / "serve.log", "--engine-core-process=on", "--engine-mask-process=on"
+        tmp_path_factory.mktemp("faults") / "serve.log",
+        "--engine-core-process=on",
+        "--engine-mask-process=on",
+        "--engine-mask-processes=1",  # one child, whatever the cores (several: tests/backend/test_mask_process.py)
     )
     yield running
     stop_server(running)
